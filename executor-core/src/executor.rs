@@ -1,0 +1,166 @@
+//! The [`Executor`] trait: the five operations every backend implements.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ExecutorError, RunLog, RunSpec};
+
+/// A started run's environment, as returned by [`Executor::start`].
+///
+/// `id` is the backend's name for the environment (a container id, a Job
+/// name, a run root); the three folders are where the run's files live
+/// *inside* that environment. Backends may keep more state of their own
+/// keyed by `id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunHandle {
+    /// The backend's identifier of the environment.
+    pub id: String,
+    /// Where the checkout is, and where every step starts (`WORK_DIR`).
+    pub work_dir: String,
+    /// Where the shared steps are (`STEPS_DIR`).
+    pub steps_dir: String,
+    /// Where steps write their outputs (`OUTPUTS_DIR`).
+    pub outputs_dir: String,
+}
+
+impl RunHandle {
+    /// A handle for a container-like environment with the standard folders
+    /// `/work`, `/steps` and `/outputs`.
+    ///
+    /// ```
+    /// let h = executor_core::RunHandle::in_container("c0ffee");
+    /// assert_eq!(h.work_dir, "/work");
+    /// ```
+    pub fn in_container(id: impl Into<String>) -> Self {
+        RunHandle {
+            id: id.into(),
+            work_dir: "/work".into(),
+            steps_dir: "/steps".into(),
+            outputs_dir: "/outputs".into(),
+        }
+    }
+
+    /// The variables every step sees: `WORK_DIR`, `STEPS_DIR`, `OUTPUTS_DIR`.
+    pub fn standard_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("WORK_DIR".into(), self.work_dir.clone()),
+            ("STEPS_DIR".into(), self.steps_dir.clone()),
+            ("OUTPUTS_DIR".into(), self.outputs_dir.clone()),
+        ]
+    }
+}
+
+/// One step as the driver hands it to [`Executor::command`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepCommand {
+    /// The step's name, for logs and process bookkeeping.
+    pub name: String,
+    /// The script, run as `sh -ec <script>` in [`RunHandle::work_dir`].
+    pub script: String,
+    /// The full environment in order: standard folders, run variables, step variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl StepCommand {
+    /// The argv every backend runs: `["sh", "-ec", script]`.
+    pub fn argv(&self) -> [&str; 3] {
+        ["sh", "-ec", &self.script]
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandOutcome {
+    /// The shell exited with this code.
+    Exited {
+        /// The exit code; 0 is success.
+        code: i32,
+        /// What the backend knows beyond the code, e.g. `OOMKilled`.
+        reason: Option<String>,
+    },
+    /// The interrupt token fired and the command's processes were killed.
+    Interrupted,
+}
+
+impl CommandOutcome {
+    /// A plain exit with no extra reason.
+    pub fn exited(code: i32) -> Self {
+        CommandOutcome::Exited { code, reason: None }
+    }
+}
+
+/// Which leftovers [`Executor::cleanup`] may remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupScope {
+    /// Only environments whose expiry has passed or whose owner is gone.
+    #[default]
+    Expired,
+    /// Every environment of this runner that is not provably live.
+    All,
+}
+
+/// What [`Executor::cleanup`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// Backend identifiers of what was removed.
+    pub removed: Vec<String>,
+}
+
+/// A backend that gives a run one long-lived environment.
+///
+/// The five operations are called by [`run`](crate::run) in this order:
+/// `start` once; `command` once per step; `outputs` once, even after a
+/// failed step; `stop` exactly once, on every path, if `start` succeeded.
+/// `cleanup` is independent of any run.
+///
+/// Backends must honour the `interrupt` token passed to `start` and
+/// `command`: when it fires they kill what they started for that operation
+/// and return promptly. If `start` fails it must remove whatever it had
+/// created, because the driver has no handle to stop.
+///
+/// The trait is object safe and used as `&dyn Executor` / `Box<dyn Executor>`:
+///
+/// ```
+/// use executor_core::Executor;
+/// fn takes_any(_e: &dyn Executor) {}
+/// ```
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Short backend name written to the result, e.g. `shell`.
+    fn kind(&self) -> &str;
+
+    /// Creates the environment and streams the checkout into `work_dir`
+    /// and the shared steps into `steps_dir`.
+    async fn start(
+        &self,
+        run: &RunSpec,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<RunHandle, ExecutorError>;
+
+    /// Runs one step as `sh -ec <script>` in the environment, writing its
+    /// stdout and stderr to `log` as they arrive.
+    async fn command(
+        &self,
+        run: &RunHandle,
+        step: &StepCommand,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<CommandOutcome, ExecutorError>;
+
+    /// Streams the environment's `outputs_dir` into the host folder `dest`.
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError>;
+
+    /// Tears the environment down, killing anything still running in it.
+    async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError>;
+
+    /// Removes environments that earlier runs of `runner` left behind.
+    async fn cleanup(
+        &self,
+        runner: &str,
+        scope: CleanupScope,
+    ) -> Result<CleanupReport, ExecutorError>;
+}

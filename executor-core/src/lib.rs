@@ -1,0 +1,43 @@
+//! The core of a pluggable executor framework for CI runners.
+//!
+//! A CI run is a checkout plus a list of steps. An [`Executor`] gives the
+//! run one long-lived environment; [`run`] drives any executor through the
+//! run's life (start, each step, outputs, stop) with timeouts and
+//! cancellation, and returns a [`RunResult`] ready to be written as JSON.
+//!
+//! ```no_run
+//! # async fn demo(executor: &dyn executor_core::Executor) -> Result<(), Box<dyn std::error::Error>> {
+//! use executor_core::{read_steps_file, run, RunLog, RunSpec};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let mut spec = RunSpec::new("build-1", "did:plc:runner", "./checkout", "./outputs");
+//! spec.steps = read_steps_file("steps.tsv".as_ref())?;
+//! let result = run(executor, &spec, &RunLog::stdout(), CancellationToken::new()).await;
+//! result.write_to("result.json".as_ref())?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod driver;
+mod error;
+mod executor;
+pub mod labels;
+mod log;
+mod model;
+mod result;
+mod steps_file;
+pub mod tar;
+
+pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};
+pub use error::ExecutorError;
+#[cfg(feature = "mock")]
+pub use executor::MockExecutor;
+pub use executor::{
+    CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand,
+};
+pub use log::{MemoryLog, RunLog};
+pub use model::{validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT};
+pub use result::{
+    manifest, media_type, OutputFile, RunResult, RunStatus, StepResult, StepStatus, RESULT_SCHEMA,
+};
+pub use steps_file::{parse_steps, read_steps_file, StepsFileError};

@@ -1,0 +1,184 @@
+//! The run model: what a CI run is, independent of where it runs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::ExecutorError;
+
+/// One step of a run: a shell script run as `sh -ec <script>`.
+///
+/// ```
+/// use executor_core::Step;
+/// let step = Step::new("build", "make all").env("CC", "clang");
+/// assert_eq!(step.env, vec![("CC".to_string(), "clang".to_string())]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Unique name within the run.
+    pub name: String,
+    /// The script body given to `sh -ec`.
+    pub script: String,
+    /// Variables for this step only, applied after the run's variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl Step {
+    /// A step with no variables of its own.
+    pub fn new(name: impl Into<String>, script: impl Into<String>) -> Self {
+        Step {
+            name: name.into(),
+            script: script.into(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Adds one variable for this step.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// Everything an executor needs to know about one run.
+///
+/// ```
+/// use executor_core::{RunSpec, Step};
+/// let spec = RunSpec::new("build-42", "did:plc:runner", "./checkout", "./out")
+///     .image("busybox:local")
+///     .step(Step::new("hello", "echo hello"));
+/// spec.validate().unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Human-chosen run name; appears in labels and the result.
+    pub name: String,
+    /// The runner's identity, a DID such as `did:plc:runner`.
+    pub runner: String,
+    /// Container image for backends that use one; ignored by the shell executor.
+    pub image: Option<String>,
+    /// Host folder streamed into the environment's work folder.
+    pub checkout: PathBuf,
+    /// Host folder of shared step files streamed into the steps folder, if any.
+    pub steps_dir: Option<PathBuf>,
+    /// Steps in order.
+    pub steps: Vec<Step>,
+    /// Host folder that receives the environment's outputs folder.
+    pub outputs: PathBuf,
+    /// Variables for every step.
+    pub env: Vec<(String, String)>,
+    /// Wall-clock limit of the whole run, start to stop.
+    pub run_timeout: Duration,
+    /// Limit of each step.
+    pub step_timeout: Duration,
+}
+
+/// Default run timeout: one hour, as GitLab Runner's default job timeout.
+pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Default step timeout: the run timeout.
+pub const DEFAULT_STEP_TIMEOUT: Duration = DEFAULT_RUN_TIMEOUT;
+
+impl RunSpec {
+    /// A run with no steps, no image and default timeouts.
+    pub fn new(
+        name: impl Into<String>,
+        runner: impl Into<String>,
+        checkout: impl Into<PathBuf>,
+        outputs: impl Into<PathBuf>,
+    ) -> Self {
+        RunSpec {
+            name: name.into(),
+            runner: runner.into(),
+            image: None,
+            checkout: checkout.into(),
+            steps_dir: None,
+            steps: Vec::new(),
+            outputs: outputs.into(),
+            env: Vec::new(),
+            run_timeout: DEFAULT_RUN_TIMEOUT,
+            step_timeout: DEFAULT_STEP_TIMEOUT,
+        }
+    }
+
+    /// Sets the image.
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+
+    /// Sets the shared steps folder.
+    pub fn steps_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.steps_dir = Some(dir.into());
+        self
+    }
+
+    /// Appends a step.
+    pub fn step(mut self, step: Step) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    /// Adds a variable for every step.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets both timeouts.
+    pub fn timeouts(mut self, run: Duration, step: Duration) -> Self {
+        self.run_timeout = run;
+        self.step_timeout = step;
+        self
+    }
+
+    /// Checks what every backend relies on; the message names the field and the fix.
+    pub fn validate(&self) -> Result<(), ExecutorError> {
+        let bad = |msg: String| Err(ExecutorError::InvalidInput(msg));
+        if self.name.trim().is_empty() {
+            return bad("run name is empty: pass --name".into());
+        }
+        if self.runner.trim().is_empty() {
+            return bad("runner id is empty: pass --runner, a DID such as did:plc:runner".into());
+        }
+        if !self.runner.starts_with("did:") {
+            return bad(format!(
+                "runner id {:?} is not a DID: use the form did:METHOD:ID, e.g. did:plc:runner",
+                self.runner
+            ));
+        }
+        if self.run_timeout.is_zero() || self.step_timeout.is_zero() {
+            return bad("timeouts must be greater than zero".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for step in &self.steps {
+            if step.name.trim().is_empty() {
+                return bad("a step has an empty name".into());
+            }
+            if !seen.insert(step.name.as_str()) {
+                return bad(format!("step name {:?} is used twice", step.name));
+            }
+        }
+        for (key, _) in self.env.iter().chain(self.steps.iter().flat_map(|s| &s.env)) {
+            validate_env_key(key)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `key` is a portable environment variable name.
+///
+/// ```
+/// assert!(executor_core::validate_env_key("CARGO_HOME").is_ok());
+/// assert!(executor_core::validate_env_key("1BAD").is_err());
+/// ```
+pub fn validate_env_key(key: &str) -> Result<(), ExecutorError> {
+    let mut chars = key.chars();
+    let ok = matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ExecutorError::InvalidInput(format!(
+            "environment variable name {key:?} is not valid: use letters, digits and _, not starting with a digit"
+        )))
+    }
+}

@@ -1,0 +1,296 @@
+//! The result JSON written at the end of every run.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tokio::io::AsyncReadExt;
+
+use crate::ExecutorError;
+
+/// The JSON Schema of [`RunResult`], as shipped in `executor-core/schema/`.
+pub const RESULT_SCHEMA: &str = include_str!("../schema/run-result.schema.json");
+
+/// How a whole run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Every step exited 0.
+    Success,
+    /// A step exited non-zero.
+    Failed,
+    /// A step or the run hit its timeout.
+    Timeout,
+    /// The run was cancelled (Ctrl-C, SIGTERM, or the embedding program).
+    Cancelled,
+    /// Infrastructure failed: the environment, the engine, a lost exit status.
+    Error,
+}
+
+impl RunStatus {
+    /// The documented `runner-cli` exit code for this status.
+    ///
+    /// ```
+    /// use executor_core::RunStatus;
+    /// assert_eq!(RunStatus::Timeout.exit_code(), 124);
+    /// ```
+    pub fn exit_code(self) -> i32 {
+        match self {
+            RunStatus::Success => 0,
+            RunStatus::Failed => 1,
+            RunStatus::Error => 3,
+            RunStatus::Timeout => 124,
+            RunStatus::Cancelled => 130,
+        }
+    }
+}
+
+/// How one step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    /// Exited 0.
+    Success,
+    /// Exited non-zero.
+    Failed,
+    /// Killed by the step or run timeout.
+    Timeout,
+    /// Killed by cancellation.
+    Cancelled,
+    /// Not run because an earlier step did not succeed.
+    Skipped,
+    /// Infrastructure failed while it ran.
+    Error,
+}
+
+impl StepStatus {
+    /// Lower-case name as in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Success => "success",
+            StepStatus::Failed => "failed",
+            StepStatus::Timeout => "timeout",
+            StepStatus::Cancelled => "cancelled",
+            StepStatus::Skipped => "skipped",
+            StepStatus::Error => "error",
+        }
+    }
+}
+
+/// One step's record in the result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepResult {
+    /// The step's name.
+    pub name: String,
+    /// How it ended.
+    pub status: StepStatus,
+    /// The shell's exit code; `null` when it has none (skipped, killed, error).
+    pub exit_code: Option<i32>,
+    /// Why it ended that way, when there is more to say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it started; `null` for a skipped step.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    /// When it ended; `null` for a skipped step.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// Milliseconds it took; 0 for a skipped step.
+    pub duration_ms: u64,
+}
+
+impl StepResult {
+    /// A step that never ran.
+    pub fn skipped(name: impl Into<String>) -> Self {
+        StepResult {
+            name: name.into(),
+            status: StepStatus::Skipped,
+            exit_code: None,
+            error: None,
+            started_at: None,
+            finished_at: None,
+            duration_ms: 0,
+        }
+    }
+}
+
+/// One file that came back in the outputs folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputFile {
+    /// Path relative to the outputs folder, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lower-case hex SHA-256 of the contents.
+    pub sha256: String,
+    /// Media type, sniffed from the contents (images) or the extension.
+    pub media_type: String,
+}
+
+/// The result of a run, written as JSON with camelCase field names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// The run's name.
+    pub name: String,
+    /// The runner's DID.
+    pub runner: String,
+    /// The backend, e.g. `shell`, `docker`, `k8s`.
+    pub executor: String,
+    /// How the run ended.
+    pub status: RunStatus,
+    /// What went wrong, when something did.
+    pub error: Option<String>,
+    /// When the run started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When the run ended.
+    #[serde(with = "time::serde::rfc3339")]
+    pub finished_at: OffsetDateTime,
+    /// Every step in order, including skipped ones.
+    pub steps: Vec<StepResult>,
+    /// Every file in the outputs folder, sorted by path.
+    pub outputs: Vec<OutputFile>,
+}
+
+impl RunResult {
+    /// The result as pretty JSON.
+    pub fn to_json(&self) -> String {
+        // Serialising these plain types cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Writes the result to `path`, through a temporary file and a rename, so
+    /// a reader never sees half a result.
+    pub fn write_to(&self, path: &Path) -> Result<(), ExecutorError> {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let tmp = path.with_extension("json.tmp");
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| ExecutorError::io("creating the result folder", dir, e))?;
+        }
+        std::fs::write(&tmp, self.to_json() + "\n")
+            .map_err(|e| ExecutorError::io("writing the result", &tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| ExecutorError::io("writing the result", path, e))
+    }
+}
+
+/// Lists every regular file under `dir` with its size, SHA-256 and media
+/// type, reading each file as a stream. Symlinks are not followed.
+pub async fn manifest(dir: &Path) -> Result<Vec<OutputFile>, ExecutorError> {
+    let mut files = Vec::new();
+    if !dir.exists() {
+        return Ok(files);
+    }
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
+        let entry = entry.map_err(|e| {
+            let path = e.path().unwrap_or(dir).to_path_buf();
+            ExecutorError::io("listing outputs", path, e.into())
+        })?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let rel = entry
+            .path()
+            .strip_prefix(dir)
+            .unwrap_or(entry.path())
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        let (size, sha256, head) = digest(entry.path()).await?;
+        files.push(OutputFile {
+            media_type: media_type(&rel, &head).to_string(),
+            path: rel,
+            size,
+            sha256,
+        });
+    }
+    Ok(files)
+}
+
+async fn digest(path: &Path) -> Result<(u64, String, Vec<u8>), ExecutorError> {
+    let io = |e| ExecutorError::io("reading an output", path, e);
+    let mut file = tokio::fs::File::open(path).await.map_err(io)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut head = Vec::new();
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf).await.map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        if head.len() < 512 {
+            head.extend_from_slice(&buf[..n.min(512 - head.len())]);
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, hex::encode(hasher.finalize()), head))
+}
+
+/// Media type of a file from its first bytes, falling back to its name.
+///
+/// Images are recognised by content, since outputs become images in the check:
+///
+/// ```
+/// use executor_core::media_type;
+/// assert_eq!(media_type("shot.bin", b"\x89PNG\r\n\x1a\n...."), "image/png");
+/// assert_eq!(media_type("notes.txt", b"hello"), "text/plain");
+/// ```
+pub fn media_type(name: &str, head: &[u8]) -> &'static str {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        return "image/png";
+    }
+    if head.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        return "image/jpeg";
+    }
+    if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        return "image/gif";
+    }
+    if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
+        return "image/webp";
+    }
+    let text = String::from_utf8_lossy(head);
+    let trimmed = text.trim_start();
+    if trimmed.starts_with("<svg") || (trimmed.starts_with("<?xml") && text.contains("<svg")) {
+        return "image/svg+xml";
+    }
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "svg" => "image/svg+xml",
+        "txt" | "log" => "text/plain",
+        "json" => "application/json",
+        "html" | "htm" => "text/html",
+        "xml" => "application/xml",
+        "csv" => "text/csv",
+        "md" => "text/markdown",
+        "tar" => "application/x-tar",
+        "gz" | "tgz" => "application/gzip",
+        "zip" => "application/zip",
+        "pdf" => "application/pdf",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_every_image_kind() {
+        assert_eq!(media_type("a", &[0xFF, 0xD8, 0xFF, 0xE0]), "image/jpeg");
+        assert_eq!(media_type("a", b"GIF89a.."), "image/gif");
+        assert_eq!(media_type("a", b"RIFF\0\0\0\0WEBPVP8 "), "image/webp");
+        assert_eq!(media_type("a", b"<?xml version='1.0'?><svg>"), "image/svg+xml");
+        assert_eq!(media_type("a.SVG", b""), "image/svg+xml");
+        assert_eq!(media_type("a", b"\0\0"), "application/octet-stream");
+    }
+}

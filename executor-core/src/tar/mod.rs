@@ -1,0 +1,12 @@
+//! Tar streaming shared by every backend.
+//!
+//! [`pack_dir`] turns a host folder into a tar byte stream without ever
+//! holding the archive in memory; [`unpack_untrusted`] writes a tar stream
+//! that came from an environment into a host folder, refusing anything that
+//! could escape it.
+
+mod pack;
+mod unpack;
+
+pub use pack::{pack_dir, PackStream};
+pub use unpack::{unpack_untrusted, UnpackError, UnpackLimits, UnpackSummary};

@@ -1,0 +1,141 @@
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, DuplexStream, ReadBuf};
+use tokio::task::JoinHandle;
+use tokio_tar::{Builder, HeaderMode};
+
+/// How much packed data may wait between the packer and its reader; the
+/// packer blocks beyond this, so memory stays flat whatever the folder's size.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// A tar stream of a folder, produced on the fly by a background task.
+///
+/// Reading it yields the archive; if packing fails (a file vanished, a
+/// permission error), the read that would have ended the stream returns
+/// that error instead, so a consumer can never mistake a truncated archive
+/// for a whole one. Dropping the stream stops the packer.
+pub struct PackStream {
+    pipe: DuplexStream,
+    packer: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl std::fmt::Debug for PackStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackStream").finish_non_exhaustive()
+    }
+}
+
+impl Drop for PackStream {
+    fn drop(&mut self) {
+        if let Some(packer) = &self.packer {
+            packer.abort();
+        }
+    }
+}
+
+/// Packs `dir` as a tar stream with entries relative to it.
+///
+/// Regular files keep their modes, symlinks are stored as symlinks (never
+/// followed), empty folders are kept, and any file name is allowed (long
+/// and non-ASCII names use GNU long-name entries). Must be called inside a
+/// Tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use tokio::io::AsyncReadExt;
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("hello.txt"), "hi")?;
+/// let mut tar = Vec::new();
+/// executor_core::tar::pack_dir(dir.path()).read_to_end(&mut tar).await?;
+/// assert!(tar.len() >= 1024);
+/// # Ok(()) }
+/// ```
+pub fn pack_dir(dir: &Path) -> PackStream {
+    let (writer, pipe) = tokio::io::duplex(PIPE_BYTES);
+    let dir = dir.to_path_buf();
+    let packer = tokio::spawn(async move {
+        let mut builder = Builder::new(writer);
+        builder.follow_symlinks(false);
+        builder.mode(HeaderMode::Complete);
+        append_tree(&mut builder, &dir).await?;
+        builder.finish().await?;
+        let mut writer = builder.into_inner().await?;
+        tokio::io::AsyncWriteExt::shutdown(&mut writer).await
+    });
+    PackStream {
+        pipe,
+        packer: Some(packer),
+    }
+}
+
+async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Result<()> {
+    let meta = tokio::fs::metadata(root).await.map_err(|e| with_path(e, root))?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a folder", root.display()),
+        ));
+    }
+    // Depth-first with sorted names, so the same tree always packs the same.
+    let mut pending: Vec<PathBuf> = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let abs = root.join(&rel);
+        let mut names = Vec::new();
+        let mut dir = tokio::fs::read_dir(&abs).await.map_err(|e| with_path(e, &abs))?;
+        while let Some(entry) = dir.next_entry().await.map_err(|e| with_path(e, &abs))? {
+            names.push(entry.file_name());
+        }
+        names.sort();
+        let mut subdirs = Vec::new();
+        for name in names {
+            let child_rel = rel.join(&name);
+            let child_abs = abs.join(&name);
+            let kind = tokio::fs::symlink_metadata(&child_abs)
+                .await
+                .map_err(|e| with_path(e, &child_abs))?
+                .file_type();
+            builder
+                .append_path_with_name(&child_abs, &child_rel)
+                .await
+                .map_err(|e| with_path(e, &child_abs))?;
+            if kind.is_dir() {
+                subdirs.push(child_rel);
+            }
+        }
+        pending.extend(subdirs.into_iter().rev());
+    }
+    Ok(())
+}
+
+fn with_path(err: io::Error, path: &Path) -> io::Error {
+    io::Error::new(err.kind(), format!("{}: {err}", path.display()))
+}
+
+impl AsyncRead for PackStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.pipe).poll_read(cx, buf))?;
+        if buf.filled().len() > before || buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        // End of the pipe: the archive is whole only if the packer succeeded.
+        let Some(packer) = self.packer.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let outcome = ready!(Pin::new(packer).poll(cx));
+        self.packer = None;
+        Poll::Ready(match outcome {
+            Ok(result) => result,
+            Err(join) => Err(io::Error::other(format!("tar packer failed: {join}"))),
+        })
+    }
+}

@@ -1,0 +1,202 @@
+//! Pack round trips and hostile archives against the untrusted unpacker.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackError, UnpackLimits};
+
+/// One raw ustar header + data, built by hand so tests can say anything a
+/// hostile archive could.
+fn raw_entry(name: &str, kind: u8, link: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..107].copy_from_slice(b"0000644");
+    h[108..115].copy_from_slice(b"0000000");
+    h[116..123].copy_from_slice(b"0000000");
+    let size = format!("{:011o}", data.len());
+    h[124..135].copy_from_slice(size.as_bytes());
+    h[136..147].copy_from_slice(b"00000000000");
+    h[156] = kind;
+    h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let mut out = h.to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+fn archive(entries: &[Vec<u8>]) -> Vec<u8> {
+    let mut out: Vec<u8> = entries.concat();
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+async fn unpack(bytes: Vec<u8>, dest: &Path) -> Result<(), UnpackError> {
+    unpack_untrusted(&bytes[..], dest, UnpackLimits::default())
+        .await
+        .map(|_| ())
+}
+
+/// Every file under `root`, to show nothing was written outside `dest`.
+fn tree(root: &Path) -> Vec<String> {
+    let mut all: Vec<String> = walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| e.path().strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    all.sort();
+    all
+}
+
+async fn assert_refused(entries: &[Vec<u8>], expect: &str) {
+    let outer = tempfile::tempdir().unwrap();
+    let dest = outer.path().join("dest");
+    let err = unpack(archive(entries), &dest).await.unwrap_err();
+    assert!(err.to_string().contains(expect), "{err}");
+    for path in tree(outer.path()) {
+        assert!(
+            path.is_empty() || path.starts_with("dest"),
+            "{path} was written outside the destination"
+        );
+    }
+}
+
+#[tokio::test]
+async fn refuses_parent_dir() {
+    assert_refused(&[raw_entry("../evil", b'0', "", b"x")], "`..`").await;
+    assert_refused(&[raw_entry("a/../../evil", b'0', "", b"x")], "`..`").await;
+}
+
+#[tokio::test]
+async fn refuses_absolute_path() {
+    assert_refused(&[raw_entry("/tmp/evil", b'0', "", b"x")], "absolute path").await;
+}
+
+#[tokio::test]
+async fn refuses_symlink_out() {
+    assert_refused(&[raw_entry("l", b'2', "/etc", b"")], "absolute").await;
+    assert_refused(&[raw_entry("l", b'2', "../..", b"")], "outside").await;
+    assert_refused(&[raw_entry("a/l", b'2', "../../x", b"")], "outside").await;
+}
+
+#[tokio::test]
+async fn refuses_write_through_symlink() {
+    // The link itself points inside, but a later entry goes through it.
+    assert_refused(
+        &[
+            raw_entry("sub/", b'5', "", b""),
+            raw_entry("l", b'2', "sub", b""),
+            raw_entry("l/x", b'0', "", b"x"),
+        ],
+        "through symlink",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn refuses_hard_link_out() {
+    assert_refused(&[raw_entry("h", b'1', "../../etc/passwd", b"")], "`..`").await;
+    assert_refused(&[raw_entry("h", b'1', "/etc/passwd", b"")], "absolute").await;
+    assert_refused(&[raw_entry("h", b'1', "missing", b"")], "not in the archive").await;
+}
+
+#[tokio::test]
+async fn refuses_devices_and_fifos() {
+    assert_refused(&[raw_entry("dev", b'3', "", b"")], "device").await;
+    assert_refused(&[raw_entry("dev", b'4', "", b"")], "device").await;
+    assert_refused(&[raw_entry("fifo", b'6', "", b"")], "fifo").await;
+}
+
+#[tokio::test]
+async fn caps_size_and_entries() {
+    let dest = tempfile::tempdir().unwrap();
+    let bytes = archive(&[raw_entry("big", b'0', "", &[7u8; 4096])]);
+    let limits = UnpackLimits {
+        max_bytes: 1000,
+        ..UnpackLimits::default()
+    };
+    let err = unpack_untrusted(&bytes[..], dest.path(), limits).await.unwrap_err();
+    assert!(matches!(err, UnpackError::TooLarge { limit: 1000 }), "{err}");
+
+    let many: Vec<_> = (0..5).map(|i| raw_entry(&format!("f{i}"), b'0', "", b"")).collect();
+    let limits = UnpackLimits {
+        max_entries: 3,
+        ..UnpackLimits::default()
+    };
+    let err = unpack_untrusted(&archive(&many)[..], dest.path(), limits).await.unwrap_err();
+    assert!(matches!(err, UnpackError::TooManyEntries { limit: 3 }), "{err}");
+}
+
+#[tokio::test]
+async fn truncated_archive_is_an_error() {
+    let dest = tempfile::tempdir().unwrap();
+    let mut bytes = raw_entry("f", b'0', "", &[1u8; 2000]);
+    bytes.truncate(900);
+    assert!(unpack(bytes, dest.path()).await.is_err());
+}
+
+#[tokio::test]
+async fn strips_setuid_and_allows_inner_links() {
+    let dest = tempfile::tempdir().unwrap();
+    let mut setuid = raw_entry("tool", b'0', "", b"#!/bin/sh\n");
+    setuid[100..107].copy_from_slice(b"0004755");
+    let sum: u32 = {
+        setuid[148..156].copy_from_slice(b"        ");
+        setuid[..512].iter().map(|&b| u32::from(b)).sum()
+    };
+    setuid[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let entries = [
+        setuid,
+        raw_entry("d/", b'5', "", b""),
+        raw_entry("d/link", b'2', "../tool", b""),
+        raw_entry("hard", b'1', "tool", b""),
+    ];
+    unpack(archive(&entries), dest.path()).await.unwrap();
+    let mode = std::fs::metadata(dest.path().join("tool")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o755);
+    assert_eq!(
+        std::fs::read_link(dest.path().join("d/link")).unwrap(),
+        Path::new("../tool")
+    );
+    assert_eq!(std::fs::read(dest.path().join("hard")).unwrap(), b"#!/bin/sh\n");
+}
+
+#[tokio::test]
+async fn pack_round_trip_keeps_modes_links_empty_dirs_and_odd_names() {
+    let src = tempfile::tempdir().unwrap();
+    let s = src.path();
+    std::fs::create_dir_all(s.join("empty/nested-empty")).unwrap();
+    std::fs::create_dir_all(s.join("dir with space/ünïcødé")).unwrap();
+    std::fs::write(s.join("dir with space/ünïcødé/file name.txt"), "odd").unwrap();
+    std::fs::write(s.join("run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(s.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    symlink("run.sh", s.join("link-to-run")).unwrap();
+    let long = "l".repeat(150);
+    std::fs::write(s.join(&long), "long name").unwrap();
+
+    let dest = tempfile::tempdir().unwrap();
+    let summary = unpack_untrusted(pack_dir(s), dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(summary.symlinks, 1);
+    assert_eq!(tree(s), tree(dest.path()));
+    let d = dest.path();
+    let mode = std::fs::metadata(d.join("run.sh")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o755);
+    assert_eq!(std::fs::read_link(d.join("link-to-run")).unwrap(), Path::new("run.sh"));
+    assert!(d.join("empty/nested-empty").is_dir());
+    assert_eq!(std::fs::read_to_string(d.join(&long)).unwrap(), "long name");
+}
+
+#[tokio::test]
+async fn pack_of_missing_folder_fails_the_stream() {
+    let mut sink = Vec::new();
+    let err = tokio::io::copy(&mut pack_dir(Path::new("/nonexistent/x")), &mut sink)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/x"), "{err}");
+}
