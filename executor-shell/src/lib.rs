@@ -1,1 +1,253 @@
+//! The shell backend of [`executor_core`]: each run gets a private run
+//! folder on the host (`work/`, `steps/`, `outputs/` under a temp folder),
+//! and each step runs there as `sh -ec <script>` in its own process group.
 //!
+//! It runs steps directly on the host, so it is for trusted code only;
+//! `runner-cli` refuses it for pull-request and queue triggers.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use executor_core::{run, RunLog, RunSpec, RunStatus, Step};
+//! use executor_shell::ShellExecutor;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let (checkout, outputs, base) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+//! let executor = ShellExecutor::new(base.path());
+//! let spec = RunSpec::new("hello", "did:plc:runner", checkout.path(), outputs.path())
+//!     .step(Step::new("greet", "echo hello > \"$OUTPUTS_DIR/greeting.txt\""));
+//! let result = run(&executor, &spec, &RunLog::discard(), CancellationToken::new()).await;
+//! assert_eq!(result.status, RunStatus::Success);
+//! assert_eq!(result.outputs[0].path, "greeting.txt");
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+mod plan;
+mod process;
+mod root;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits};
+use executor_core::{
+    CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
+    RunSpec, StepCommand,
+};
+use nix::unistd::Pid;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use plan::Plan;
+
+/// The shell executor; one value serves any number of runs at once.
+pub struct ShellExecutor {
+    base: PathBuf,
+    runs: Mutex<HashMap<String, LiveRun>>,
+    plan: Option<Plan>,
+}
+
+struct LiveRun {
+    root: root::RunRoot,
+    groups: Vec<Pid>,
+    lingering: Vec<JoinHandle<()>>,
+}
+
+impl ShellExecutor {
+    /// An executor keeping its run folders under `base`.
+    pub fn new(base: impl Into<PathBuf>) -> Self {
+        ShellExecutor {
+            base: base.into(),
+            runs: Mutex::new(HashMap::new()),
+            plan: None,
+        }
+    }
+
+    /// The default base folder: `knotless-runner/shell` in the system temp folder.
+    pub fn default_base() -> PathBuf {
+        std::env::temp_dir().join("knotless-runner").join("shell")
+    }
+
+    /// An executor that prints every call it would make to `plan` and does
+    /// nothing else: no folder is created and no process started.
+    pub fn dry_run(base: impl Into<PathBuf>, plan: Plan) -> Self {
+        ShellExecutor {
+            plan: Some(plan),
+            ..Self::new(base)
+        }
+    }
+
+    /// Every run folder of `runner` that exists now, live or not: the
+    /// conformance suite's probe for leftovers.
+    pub fn leftovers(&self, runner: &str) -> Vec<PathBuf> {
+        root::list(&self.base, runner)
+    }
+
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn fill(
+        &self,
+        from: &Path,
+        into: &Path,
+        what: &'static str,
+    ) -> Result<(), ExecutorError> {
+        unpack_untrusted(pack_dir(from), into, UnpackLimits::default())
+            .await
+            .map_err(|e| ExecutorError::backend(what, e))?;
+        Ok(())
+    }
+}
+
+fn check_dir(path: &Path, flag: &str) -> Result<(), ExecutorError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ExecutorError::InvalidInput(format!(
+            "{flag} {} is not a folder",
+            path.display()
+        ))),
+        Err(e) => Err(ExecutorError::InvalidInput(format!(
+            "{flag} {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+#[async_trait]
+impl Executor for ShellExecutor {
+    fn kind(&self) -> &str {
+        "shell"
+    }
+
+    async fn start(
+        &self,
+        run: &RunSpec,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<RunHandle, ExecutorError> {
+        check_dir(&run.checkout, "--workdir")?;
+        if let Some(steps) = &run.steps_dir {
+            check_dir(steps, "--steps-dir")?;
+        }
+        if let Some(plan) = &self.plan {
+            return Ok(plan.start(&self.base, run));
+        }
+        let root = root::create(&self.base, run)?;
+        let handle = RunHandle {
+            id: root.path.display().to_string(),
+            work_dir: root.work().display().to_string(),
+            steps_dir: root.steps().display().to_string(),
+            outputs_dir: root.outputs().display().to_string(),
+        };
+        log.line(&format!("run folder {}", handle.id));
+        let copy = async {
+            self.fill(&run.checkout, &root.work(), "copying the checkout").await?;
+            if let Some(steps) = &run.steps_dir {
+                self.fill(steps, &root.steps(), "copying the steps folder").await?;
+            }
+            Ok::<_, ExecutorError>(())
+        };
+        let copied = tokio::select! {
+            r = copy => r,
+            _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
+        };
+        if let Err(err) = copied {
+            root::remove(&root.path)?;
+            return Err(err);
+        }
+        self.runs().insert(
+            handle.id.clone(),
+            LiveRun {
+                root,
+                groups: Vec::new(),
+                lingering: Vec::new(),
+            },
+        );
+        Ok(handle)
+    }
+
+    async fn command(
+        &self,
+        run: &RunHandle,
+        step: &StepCommand,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<CommandOutcome, ExecutorError> {
+        if let Some(plan) = &self.plan {
+            return Ok(plan.command(run, step));
+        }
+        if !self.runs().contains_key(&run.id) {
+            return Err(ExecutorError::EnvironmentLost(format!(
+                "run folder {} is not a live run of this executor",
+                run.id
+            )));
+        }
+        let finished = process::run_step(
+            Path::new(&run.work_dir),
+            step,
+            log,
+            interrupt,
+            |pgid| {
+                if let Some(live) = self.runs().get_mut(&run.id) {
+                    live.groups.push(pgid);
+                }
+            },
+        )
+        .await?;
+        if let Some(live) = self.runs().get_mut(&run.id) {
+            live.lingering.extend(finished.lingering);
+        }
+        Ok(finished.outcome)
+    }
+
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+        if let Some(plan) = &self.plan {
+            plan.outputs(run, dest);
+            return Ok(());
+        }
+        unpack_untrusted(
+            pack_dir(Path::new(&run.outputs_dir)),
+            dest,
+            UnpackLimits::default(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
+        if let Some(plan) = &self.plan {
+            plan.stop(run);
+            return Ok(());
+        }
+        let Some(live) = self.runs().remove(&run.id) else {
+            return Ok(());
+        };
+        for pgid in &live.groups {
+            process::kill_group(*pgid);
+        }
+        for reader in &live.lingering {
+            reader.abort();
+        }
+        root::remove(&live.root.path)
+    }
+
+    async fn cleanup(
+        &self,
+        runner: &str,
+        _scope: CleanupScope,
+    ) -> Result<CleanupReport, ExecutorError> {
+        if let Some(plan) = &self.plan {
+            plan.cleanup(&self.base, runner);
+            return Ok(CleanupReport::default());
+        }
+        // Liveness is exact here (the run's lock), so both scopes remove the
+        // same thing: every folder whose run is gone.
+        Ok(CleanupReport {
+            removed: root::remove_dead(&self.base, runner)?,
+        })
+    }
+}

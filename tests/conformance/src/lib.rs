@@ -1,1 +1,97 @@
+//! The conformance suite every [`Executor`] backend passes.
 //!
+//! Each behaviour of the executor contract is one plain async function
+//! taking `&dyn Backend`, in the style of `object_store`'s integration
+//! module. A backend's own tests implement [`Backend`] (the executor, its
+//! image if it needs one, and a probe for leftovers) and call every case,
+//! most easily with [`conformance_tests!`]:
+//!
+//! ```no_run
+//! use executor_conformance::{conformance_tests, Backend};
+//! use executor_core::Executor;
+//!
+//! struct MyBackend(executor_shell::ShellExecutor, std::path::PathBuf);
+//!
+//! #[async_trait::async_trait]
+//! impl Backend for MyBackend {
+//!     fn executor(&self) -> &dyn Executor { &self.0 }
+//!     async fn leftovers(&self, runner: &str) -> Vec<String> {
+//!         self.0.leftovers(runner).iter().map(|p| p.display().to_string()).collect()
+//!     }
+//! }
+//!
+//! async fn backend() -> MyBackend {
+//!     let base = std::env::temp_dir().join("my-runner");
+//!     MyBackend(executor_shell::ShellExecutor::new(&base), base)
+//! }
+//!
+//! conformance_tests!(backend);
+//! # fn main() {}
+//! ```
+//!
+//! Every case makes its own folders and a runner DID of its own, so cases
+//! run in parallel; each checks its result against the shipped JSON
+//! Schema and ends by asserting that the backend's probe finds nothing left.
+//!
+//! [`fakes`] holds the `mockall` fake of the trait for testing code that
+//! drives an executor.
+
+mod cases;
+pub mod fixture;
+
+use async_trait::async_trait;
+use executor_core::{Executor, RunSpec};
+
+pub use cases::files::*;
+pub use cases::lifecycle::*;
+pub use cases::logs::*;
+pub use cases::steps::*;
+
+/// mockall fakes of the executor trait.
+pub mod fakes {
+    pub use executor_core::MockExecutor;
+}
+
+/// What the suite needs from a backend under test.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// The executor under test.
+    fn executor(&self) -> &dyn Executor;
+
+    /// The image runs use, for backends that need one.
+    fn image(&self) -> Option<String> {
+        None
+    }
+
+    /// A last chance to set backend-specific parts of every spec.
+    fn adjust(&self, _spec: &mut RunSpec) {}
+
+    /// Everything of `runner` that still exists (containers, Jobs, Secrets,
+    /// folders), described for a failure message; empty when clean.
+    async fn leftovers(&self, runner: &str) -> Vec<String>;
+}
+
+/// Generates one `#[tokio::test]` per conformance case, each calling
+/// `$make().await` for a fresh [`Backend`].
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:path) => {
+        $crate::conformance_tests!(@cases $make;
+            checkout_arrives_intact, steps_dir_arrives, outputs_come_back,
+            outputs_come_back_after_failure, state_persists_across_steps,
+            exit_codes_propagate, scripts_stop_at_first_error, failing_step_skips_rest,
+            variables_reach_steps, logs_stream_while_step_runs, large_log_is_streamed,
+            step_markers_carry_exit_codes, step_timeout_kills_step, run_timeout_ends_run,
+            cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
+            cleanup_spares_live_runs);
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let backend = $make().await;
+                $crate::$case(&backend).await;
+            }
+        )*
+    };
+}

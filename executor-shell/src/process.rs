@@ -1,0 +1,126 @@
+//! One step as a process group: spawn, drain output, wait, kill.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use executor_core::{CommandOutcome, ExecutorError, RunLog, StepCommand};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// After the shell exits, how long its output pipes may take to reach end
+/// of file. A background process the step left running keeps them open;
+/// past this its output keeps flowing to the log until stop, but the step
+/// is over.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+/// A finished step and what it left behind.
+pub(crate) struct Finished {
+    pub outcome: CommandOutcome,
+    /// Readers still attached to pipes a background process holds open.
+    pub lingering: Vec<JoinHandle<()>>,
+}
+
+/// Runs the step as `sh -ec` in its own process group and records the
+/// group in `groups` so stop can kill whatever it leaves behind.
+pub(crate) async fn run_step(
+    work_dir: &std::path::Path,
+    step: &StepCommand,
+    log: &RunLog,
+    interrupt: CancellationToken,
+    on_spawn: impl FnOnce(Pid),
+) -> Result<Finished, ExecutorError> {
+    let [sh, flag, script] = step.argv();
+    let mut child = Command::new(sh)
+        .arg(flag)
+        .arg(script)
+        .current_dir(work_dir)
+        .envs(step.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| ExecutorError::io("starting sh", work_dir, e))?;
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| ExecutorError::backend("starting sh", "the shell exited before it had a pid"))?;
+    on_spawn(pgid);
+
+    let mut drains = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        drains.push(tokio::spawn(drain(out, log.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        drains.push(tokio::spawn(drain(err, log.clone())));
+    }
+
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = interrupt.cancelled() => {
+            kill_group(pgid);
+            // The group is gone; reap the shell so no zombie is left.
+            let _ = child.wait().await;
+            for d in &drains { d.abort(); }
+            return Ok(Finished { outcome: CommandOutcome::Interrupted, lingering: Vec::new() });
+        }
+    };
+    let status = status.map_err(|e| ExecutorError::LostExitStatus {
+        what: format!("step {}", step.name),
+        detail: e.to_string(),
+    })?;
+
+    let mut lingering = Vec::new();
+    let deadline = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+    for mut d in drains {
+        if tokio::time::timeout_at(deadline, &mut d).await.is_err() {
+            lingering.push(d);
+        }
+    }
+    if !lingering.is_empty() {
+        tracing::debug!(step = %step.name, "a background process still holds the step's output open");
+    }
+
+    use std::os::unix::process::ExitStatusExt;
+    let outcome = match (status.code(), status.signal()) {
+        (Some(code), _) => CommandOutcome::exited(code),
+        (None, Some(signal)) => CommandOutcome::Exited {
+            code: 128 + signal,
+            reason: Some(format!("killed by signal {signal}")),
+        },
+        (None, None) => {
+            return Err(ExecutorError::LostExitStatus {
+                what: format!("step {}", step.name),
+                detail: format!("wait returned {status:?} with neither code nor signal"),
+            })
+        }
+    };
+    Ok(Finished { outcome, lingering })
+}
+
+async fn drain(mut from: impl AsyncRead + Unpin, log: RunLog) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(n) => log.output(&buf[..n]),
+            Err(err) => {
+                tracing::warn!(%err, "reading step output failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Kills every process of a group; a group that is already gone is fine.
+pub(crate) fn kill_group(pgid: Pid) {
+    match killpg(pgid, Signal::SIGKILL) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(err) => tracing::warn!(%err, pgid = pgid.as_raw(), "killing a step's processes failed"),
+    }
+}

@@ -1,0 +1,154 @@
+//! Run roots: one private folder per run, owned by a lock the run holds.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use executor_core::labels::{dns_name, label_value};
+use executor_core::{ExecutorError, RunSpec};
+use nix::fcntl::{Flock, FlockArg};
+
+/// File in every run root that the live run holds an exclusive lock on.
+const LOCK_FILE: &str = ".lock";
+/// File in every run root describing its owner, for people inspecting leftovers.
+const OWNER_FILE: &str = "owner.json";
+
+/// A run root this process owns; dropping it releases the lock.
+pub(crate) struct RunRoot {
+    pub path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl RunRoot {
+    pub fn work(&self) -> PathBuf {
+        self.path.join("work")
+    }
+    pub fn steps(&self) -> PathBuf {
+        self.path.join("steps")
+    }
+    pub fn outputs(&self) -> PathBuf {
+        self.path.join("outputs")
+    }
+}
+
+/// The folder holding every run root of `runner`.
+pub(crate) fn runner_dir(base: &Path, runner: &str) -> PathBuf {
+    base.join(label_value(runner))
+}
+
+/// Creates a fresh, locked run root for `spec` under `base`.
+pub(crate) fn create(base: &Path, spec: &RunSpec) -> Result<RunRoot, ExecutorError> {
+    let parent = runner_dir(base, &spec.runner);
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| ExecutorError::io("creating the runner folder", &parent, e))?;
+    let prefix = format!("{}-", dns_name(&[&spec.name], 40));
+    let path = tempfile::Builder::new()
+        .prefix(&prefix)
+        .tempdir_in(&parent)
+        .map_err(|e| ExecutorError::io("creating the run folder", &parent, e))?
+        .keep();
+    let root = lock_new(&path).inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&path);
+    })?;
+    let owner = serde_json::json!({
+        "runner": spec.runner,
+        "run": spec.name,
+        "pid": std::process::id(),
+    });
+    let setup = || -> std::io::Result<()> {
+        std::fs::write(path.join(OWNER_FILE), owner.to_string())?;
+        for dir in ["work", "steps", "outputs"] {
+            std::fs::create_dir(path.join(dir))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = setup() {
+        let _ = std::fs::remove_dir_all(&path);
+        return Err(ExecutorError::io("preparing the run folder", &path, e));
+    }
+    Ok(root)
+}
+
+fn lock_new(path: &Path) -> Result<RunRoot, ExecutorError> {
+    let lock_path = path.join(LOCK_FILE);
+    let file = File::create(&lock_path)
+        .map_err(|e| ExecutorError::io("creating the run lock", &lock_path, e))?;
+    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        ExecutorError::io("locking the run folder", &lock_path, errno.into())
+    })?;
+    Ok(RunRoot {
+        path: path.to_path_buf(),
+        _lock: lock,
+    })
+}
+
+/// Whether a live process holds the root's lock.
+fn is_live(root: &Path) -> bool {
+    let Ok(file) = File::open(root.join(LOCK_FILE)) else {
+        // No lock file: the run died before it could take one.
+        return false;
+    };
+    Flock::lock(file, FlockArg::LockSharedNonblock).is_err()
+}
+
+/// Every run root of `runner`, live or not.
+pub(crate) fn list(base: &Path, runner: &str) -> Vec<PathBuf> {
+    let dir = runner_dir(base, runner);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut roots: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    roots.sort();
+    roots
+}
+
+/// Removes the run roots of `runner` whose owner is gone.
+///
+/// A run root is live exactly while its run holds the lock, so there is no
+/// expiry to guess: a root whose lock is free belongs to a crashed run.
+pub(crate) fn remove_dead(base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
+    let mut removed = Vec::new();
+    for root in list(base, runner) {
+        if is_live(&root) {
+            continue;
+        }
+        remove(&root)?;
+        tracing::info!(root = %root.display(), "removed a crashed run's folder");
+        removed.push(root.display().to_string());
+    }
+    Ok(removed)
+}
+
+/// Removes a run root, making read-only folders a step left writable first.
+pub(crate) fn remove(root: &Path) -> Result<(), ExecutorError> {
+    match std::fs::remove_dir_all(root) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_writable(root);
+            std::fs::remove_dir_all(root)
+                .map_err(|e| ExecutorError::io("removing the run folder", root, e))
+        }
+    }
+}
+
+/// Folders a step made read-only would stop `remove_dir_all`; open them up
+/// top-down (a folder must be writable before its children can be listed
+/// and changed).
+fn make_writable(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    pending.push(entry.path());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,4 @@
+pub mod files;
+pub mod lifecycle;
+pub mod logs;
+pub mod steps;

@@ -1,0 +1,102 @@
+//! Steps: one environment, exit codes, skipping, variables.
+
+use executor_core::{RunStatus, Step, StepStatus};
+
+use crate::fixture::{assert_nothing_left, run_to_end, Fixture};
+use crate::Backend;
+
+/// A tool one step installs is found by the next: every step runs in the
+/// same environment.
+pub async fn state_persists_across_steps(backend: &dyn Backend) {
+    let fx = Fixture::new("state");
+    let install = r#"
+        mkdir -p "$WORK_DIR/.tools"
+        printf '#!/bin/sh\necho tool-says-hi\n' > "$WORK_DIR/.tools/mytool"
+        chmod +x "$WORK_DIR/.tools/mytool"
+        echo kept > state.txt
+    "#;
+    let spec = fx
+        .spec(backend, "state")
+        .step(Step::new("install", install))
+        .step(Step::new("use", "PATH=\"$WORK_DIR/.tools:$PATH\" mytool; [ \"$(cat state.txt)\" = kept ]"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("tool-says-hi"));
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// Exit codes 0, 1, 42 and 127 (command not found) reach the result as they are.
+pub async fn exit_codes_propagate(backend: &dyn Backend) {
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 1", 1),
+        ("exit 42", 42),
+        ("no-such-command-anywhere", 127),
+    ] {
+        let fx = Fixture::new("exitcode");
+        let spec = fx.spec(backend, "exit-code").step(Step::new("exit", script));
+        let (result, log) = run_to_end(backend, &spec).await;
+        let step = &result.steps[0];
+        assert_eq!(step.exit_code, Some(code), "{script}: {}", log.text());
+        let (run, status) = if code == 0 {
+            (RunStatus::Success, StepStatus::Success)
+        } else {
+            (RunStatus::Failed, StepStatus::Failed)
+        };
+        assert_eq!((result.status, step.status), (run, status), "{script}");
+        assert_nothing_left(backend, &fx.runner).await;
+    }
+}
+
+/// `sh -e`: a failing command inside a script fails the step.
+pub async fn scripts_stop_at_first_error(backend: &dyn Backend) {
+    let fx = Fixture::new("errexit");
+    let spec = fx
+        .spec(backend, "errexit")
+        .step(Step::new("errexit", "false\necho should-not-print"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    assert_eq!(result.steps[0].exit_code, Some(1));
+    assert!(!log.text().contains("should-not-print"));
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// The first failing step ends the run; the rest are recorded as skipped.
+pub async fn failing_step_skips_rest(backend: &dyn Backend) {
+    let fx = Fixture::new("skip");
+    let spec = fx
+        .spec(backend, "skip")
+        .step(Step::new("ok", "echo fine"))
+        .step(Step::new("fail", "exit 3"))
+        .step(Step::new("never", "echo must-not-run"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Failed);
+    let statuses: Vec<_> = result.steps.iter().map(|s| s.status).collect();
+    assert_eq!(statuses, [StepStatus::Success, StepStatus::Failed, StepStatus::Skipped]);
+    assert_eq!(result.steps[2].exit_code, None);
+    assert!(result.steps[2].started_at.is_none());
+    assert!(!log.text().contains("must-not-run"));
+    assert!(result.error.as_deref().unwrap_or("").contains("fail"));
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// Run and step variables and the three standard folders reach every step;
+/// a step's own variables override the run's.
+pub async fn variables_reach_steps(backend: &dyn Backend) {
+    let fx = Fixture::new("env");
+    let mut spec = fx.spec(backend, "env").env("RUN_VAR", "run").env("BOTH", "run");
+    spec = spec.step(
+        Step::new(
+            "check",
+            r#"[ "$RUN_VAR" = run ] && [ "$BOTH" = step ] && [ "$STEP_VAR" = "with space" ]
+               [ -d "$WORK_DIR" ] && [ -d "$STEPS_DIR" ] && [ -d "$OUTPUTS_DIR" ]
+               echo vars-ok"#,
+        )
+        .env("BOTH", "step")
+        .env("STEP_VAR", "with space"),
+    );
+    spec = spec.step(Step::new("scoped", "[ -z \"${STEP_VAR:-}\" ] && echo scoped-ok"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("vars-ok") && log.text().contains("scoped-ok"));
+    assert_nothing_left(backend, &fx.runner).await;
+}
