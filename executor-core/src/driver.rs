@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::result::manifest;
 use crate::{
-    CommandOutcome, Executor, ExecutorError, RunHandle, RunLog, RunResult, RunSpec, RunStatus,
+    CommandOutcome, Executor, RunHandle, RunLog, RunResult, RunSpec, RunStatus,
     StepCommand, StepResult, StepStatus,
 };
 
@@ -136,14 +136,20 @@ pub async fn run_with(
     let mut status = RunStatus::Success;
     let mut error = None;
     let mut steps = spec.steps.iter();
-    for step in steps.by_ref() {
+    while let Some(step) = steps.next() {
+        if let Some(why) = watch.already() {
+            // Never start a step the run has no time or wish for.
+            status = why.run_status();
+            error = Some(format!("{} before step {}", why.describe(), step.name));
+            log.line(error.as_deref().unwrap_or_default());
+            result.steps.push(StepResult::skipped(&step.name));
+            break;
+        }
         let (step_result, ended) = run_step(executor, &handle, spec, step, log, &watch).await;
-        let step_status = step_result.status;
         result.steps.push(step_result);
         if let Some((run_status, message)) = ended {
             status = run_status;
             error = message;
-            let _ = step_status;
             break;
         }
     }
@@ -379,6 +385,17 @@ struct Watch<'a> {
 }
 
 impl Watch<'_> {
+    /// Whether the run is already over before an operation begins.
+    fn already(&self) -> Option<Why> {
+        if self.cancel.is_cancelled() {
+            Some(Why::Cancelled)
+        } else if Instant::now() >= self.run_deadline {
+            Some(Why::RunTimeout)
+        } else {
+            None
+        }
+    }
+
     /// Awaits `op`; on a deadline or cancellation fires `token` and gives
     /// `op` the grace period to return.
     async fn supervise<T>(
@@ -403,7 +420,3 @@ impl Watch<'_> {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_error_is_send(e: ExecutorError) -> impl Send {
-    e
-}
