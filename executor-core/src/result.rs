@@ -182,7 +182,7 @@ impl RunResult {
 /// type, reading each file as a stream. Symlinks are not followed.
 pub async fn manifest(dir: &Path) -> Result<Vec<OutputFile>, ExecutorError> {
     let mut files = Vec::new();
-    if !dir.exists() {
+    if !dir.is_dir() {
         return Ok(files);
     }
     for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {

@@ -1,1 +1,39 @@
-fn main() {}
+//! `runner-cli`: run a CI run on the shell, Docker or Kubernetes executor.
+
+mod args;
+mod backends;
+mod run;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+/// Exit code of a usage or input error.
+const EXIT_INPUT: i32 = 2;
+/// Exit code of an infrastructure error.
+const EXIT_INFRA: i32 = 3;
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUNNER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("runner-cli: cannot start the async runtime: {err}");
+            std::process::exit(EXIT_INFRA);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(*args).await,
+            Command::Cleanup(args) => run::cleanup(args).await,
+        }
+    });
+    std::process::exit(code);
+}

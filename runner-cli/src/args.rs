@@ -1,0 +1,185 @@
+//! Command-line flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Run CI runs on the shell, Docker or Kubernetes executor.
+///
+/// Exit codes: 0 success, 1 a step failed, 2 usage or input error,
+/// 3 infrastructure error, 124 timeout, 130 cancelled.
+#[derive(Debug, Parser)]
+#[command(name = "runner-cli", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a checkout's steps in one environment and write the result JSON.
+    Run(Box<RunArgs>),
+    /// Remove environments that earlier runs of a runner left behind.
+    Cleanup(CleanupArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorKind {
+    /// Local processes in a private run folder (trusted code only).
+    Shell,
+    /// One container per run on a Docker-compatible engine.
+    Docker,
+    /// One Kubernetes Job per run.
+    K8s,
+}
+
+impl ExecutorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutorKind::Shell => "shell",
+            ExecutorKind::Docker => "docker",
+            ExecutorKind::K8s => "k8s",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Trigger {
+    /// A push to a branch of the repository.
+    Push,
+    /// A pull request: untrusted code.
+    Pull,
+    /// A job taken from a shared queue: untrusted code.
+    Queue,
+    /// Started by hand.
+    Manual,
+}
+
+impl Trigger {
+    pub fn is_untrusted(self) -> bool {
+        matches!(self, Trigger::Pull | Trigger::Queue)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value = "shell")]
+    pub executor: ExecutorKind,
+    /// Run name, used in labels and the result.
+    #[arg(long)]
+    pub name: String,
+    /// The runner's DID, e.g. did:plc:runner.
+    #[arg(long, env = "RUNNER_DID")]
+    pub runner: String,
+    /// Container image (docker, k8s).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// The checkout folder, streamed into WORK_DIR.
+    #[arg(long, default_value = ".")]
+    pub workdir: PathBuf,
+    /// Shared step files, streamed into STEPS_DIR.
+    #[arg(long)]
+    pub steps_dir: Option<PathBuf>,
+    /// Steps as TSV: `name<TAB>script` a line.
+    #[arg(long)]
+    pub steps_file: PathBuf,
+    /// Host folder that receives OUTPUTS_DIR.
+    #[arg(long, default_value = "outputs")]
+    pub outputs: PathBuf,
+    /// Where the result JSON goes.
+    #[arg(long, default_value = "result.json")]
+    pub result: PathBuf,
+    /// Where the run log goes; `-` for the terminal.
+    #[arg(long, default_value = "-")]
+    pub log: String,
+    /// Limit of the whole run: 90, 90s, 15m, 2h.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Limit of each step; defaults to the run timeout.
+    #[arg(long, value_parser = parse_duration)]
+    pub step_timeout: Option<Duration>,
+    /// A variable for every step (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// What started the run; pull and queue mean untrusted code.
+    #[arg(long, value_enum, default_value = "manual")]
+    pub trigger: Trigger,
+    /// Print the environment and every call the run would make, and touch nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Skip removing this runner's expired leftovers before the run.
+    #[arg(long)]
+    pub no_cleanup: bool,
+    /// Folder for the shell executor's run folders.
+    #[arg(long, env = "RUNNER_SHELL_ROOT")]
+    pub shell_root: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// Backend to clean.
+    #[arg(long, value_enum, default_value = "shell")]
+    pub executor: ExecutorKind,
+    /// The runner's DID whose leftovers to remove.
+    #[arg(long, env = "RUNNER_DID")]
+    pub runner: String,
+    /// Remove all of this runner's environments that are not live, not only expired ones.
+    #[arg(long)]
+    pub force: bool,
+    /// Folder for the shell executor's run folders.
+    #[arg(long, env = "RUNNER_SHELL_ROOT")]
+    pub shell_root: Option<PathBuf>,
+}
+
+/// `90`, `90s`, `15m`, `2h`, `1h30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration: use seconds (90) or units like 90s, 15m, 2h, 1h30m");
+    if let Ok(secs) = text.parse::<u64>() {
+        return (secs > 0).then(|| Duration::from_secs(secs)).ok_or_else(bad);
+    }
+    let mut total = 0u64;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: u64 = number.parse().map_err(|_| bad())?;
+        number.clear();
+        total += n * match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return Err(bad()),
+        };
+    }
+    if !number.is_empty() || total == 0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(total))
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))?;
+    executor_core::validate_env_key(key).map_err(|e| e.to_string())?;
+    Ok((key.to_string(), value.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

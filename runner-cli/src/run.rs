@@ -1,0 +1,198 @@
+//! The `run` and `cleanup` subcommands.
+
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use executor_core::{
+    read_steps_file, run_with, CleanupScope, DriverOptions, RunLog, RunResult, RunSpec, RunStatus,
+    StepResult,
+};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{CleanupArgs, ExecutorKind, RunArgs};
+use crate::backends::{self, BackendOptions};
+use crate::{EXIT_INFRA, EXIT_INPUT};
+
+/// Runs and returns the process exit code.
+pub async fn run(args: RunArgs) -> i32 {
+    let started_at = OffsetDateTime::now_utc();
+    let spec = match prepare(&args) {
+        Ok(spec) => spec,
+        Err(err) => {
+            eprintln!("runner-cli: {err:#}");
+            if !args.dry_run {
+                write_input_error(&args, started_at, &format!("{err:#}"));
+            }
+            return EXIT_INPUT;
+        }
+    };
+    let executor = match backends::build(
+        args.executor,
+        &BackendOptions {
+            shell_root: args.shell_root.clone(),
+            dry_run: args.dry_run,
+        },
+    ) {
+        Ok(executor) => executor,
+        Err(err) => {
+            eprintln!("runner-cli: {err:#}");
+            if !args.dry_run {
+                write_input_error(&args, started_at, &format!("{err:#}"));
+            }
+            return EXIT_INPUT;
+        }
+    };
+    let log = if args.dry_run {
+        RunLog::discard()
+    } else if args.log == "-" {
+        RunLog::stdout()
+    } else {
+        match RunLog::create(Path::new(&args.log)) {
+            Ok(log) => log,
+            Err(err) => {
+                let msg = format!("cannot write the run log {}: {err}", args.log);
+                eprintln!("runner-cli: {msg}");
+                write_input_error(&args, started_at, &msg);
+                return EXIT_INPUT;
+            }
+        }
+    };
+
+    if !args.no_cleanup && !args.dry_run {
+        if let Err(err) = executor.cleanup(&spec.runner, CleanupScope::Expired).await {
+            tracing::warn!(%err, "cleanup of earlier runs failed; going on");
+        }
+    }
+
+    let cancel = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(cancel.clone()));
+    let result = run_with(executor.as_ref(), &spec, &log, cancel, &DriverOptions::default()).await;
+    if args.dry_run {
+        return 0;
+    }
+    if let Err(err) = result.write_to(&args.result) {
+        eprintln!("runner-cli: {err}");
+        return EXIT_INFRA;
+    }
+    if let Some(error) = &result.error {
+        eprintln!("runner-cli: run {}: {error}", result.name);
+    }
+    result.status.exit_code()
+}
+
+/// Checks every input before anything runs; the message names the flag.
+fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
+    if args.executor == ExecutorKind::Shell && args.trigger.is_untrusted() {
+        bail!(
+            "--trigger {:?} runs untrusted code, and the shell executor runs it directly on this host; \
+             use --executor docker or --executor k8s",
+            args.trigger
+        );
+    }
+    check_dir(&args.workdir, "--workdir")?;
+    if let Some(steps) = &args.steps_dir {
+        check_dir(steps, "--steps-dir")?;
+    }
+    let steps = read_steps_file(&args.steps_file).context("--steps-file")?;
+    if steps.is_empty() {
+        bail!("--steps-file {}: no steps in it", args.steps_file.display());
+    }
+    let mut spec = RunSpec::new(&args.name, &args.runner, &args.workdir, &args.outputs);
+    spec.image = args.image.clone();
+    spec.steps_dir = args.steps_dir.clone();
+    spec.steps = steps;
+    spec.env = args.env.clone();
+    spec.run_timeout = args.timeout;
+    spec.step_timeout = args.step_timeout.unwrap_or(args.timeout);
+    if matches!(args.executor, ExecutorKind::Docker | ExecutorKind::K8s) && spec.image.is_none() {
+        bail!("--image is required with --executor {}", args.executor.name());
+    }
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn check_dir(path: &Path, flag: &str) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{flag} {}", path.display()))?;
+    if !meta.is_dir() {
+        bail!("{flag} {} is not a folder", path.display());
+    }
+    Ok(())
+}
+
+/// The result of a run that never started because of bad input.
+fn write_input_error(args: &RunArgs, started_at: OffsetDateTime, error: &str) {
+    let steps = read_steps_file(&args.steps_file)
+        .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
+        .unwrap_or_default();
+    let result = RunResult {
+        name: args.name.clone(),
+        runner: args.runner.clone(),
+        executor: args.executor.name().to_string(),
+        status: RunStatus::Error,
+        error: Some(error.to_string()),
+        started_at,
+        finished_at: OffsetDateTime::now_utc(),
+        steps,
+        outputs: Vec::new(),
+    };
+    if let Err(err) = result.write_to(&args.result) {
+        eprintln!("runner-cli: {err}");
+    }
+}
+
+/// Ctrl-C or SIGTERM cancels the run; a second one exits at once.
+async fn cancel_on_signal(cancel: CancellationToken) {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        tracing::warn!("cannot listen for SIGTERM");
+        return;
+    };
+    for n in 0.. {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        if n > 0 {
+            eprintln!("runner-cli: second signal, exiting without cleanup");
+            std::process::exit(130);
+        }
+        eprintln!("runner-cli: cancelling the run (signal again to exit at once)");
+        cancel.cancel();
+    }
+}
+
+/// Runs `cleanup` and returns the exit code.
+pub async fn cleanup(args: CleanupArgs) -> i32 {
+    let executor = match backends::build(
+        args.executor,
+        &BackendOptions {
+            shell_root: args.shell_root.clone(),
+            dry_run: false,
+        },
+    ) {
+        Ok(e) => e,
+        Err(err) => {
+            eprintln!("runner-cli: {err:#}");
+            return EXIT_INPUT;
+        }
+    };
+    if !args.runner.starts_with("did:") {
+        eprintln!("runner-cli: --runner {:?} is not a DID (did:METHOD:ID)", args.runner);
+        return EXIT_INPUT;
+    }
+    let scope = if args.force { CleanupScope::All } else { CleanupScope::Expired };
+    match executor.cleanup(&args.runner, scope).await {
+        Ok(report) => {
+            for removed in &report.removed {
+                println!("removed {removed}");
+            }
+            println!("{} removed", report.removed.len());
+            0
+        }
+        Err(err) => {
+            eprintln!("runner-cli: cleanup: {err}");
+            EXIT_INFRA
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! runner-cli end to end on the shell executor: exit codes, result JSON,
+//! input errors, signals.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use executor_conformance::fixture::assert_valid_result;
+use executor_core::RunResult;
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner-cli"));
+    cmd.env_remove("RUNNER_DID");
+    cmd
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("checkout")).unwrap();
+        Case { dir }
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn steps(&self, tsv: &str) -> PathBuf {
+        let p = self.path("steps.tsv");
+        std::fs::write(&p, tsv).unwrap();
+        p
+    }
+    /// `run` with this case's folders; a flag in `extra` replaces the default.
+    fn run(&self, steps: &str, extra: &[&str]) -> Command {
+        let steps = self.steps(steps);
+        let mut flags: Vec<(String, String)> = [
+            ("--name", "cli-test".to_string()),
+            ("--runner", "did:plc:cli-test".to_string()),
+            ("--workdir", self.path("checkout").display().to_string()),
+            ("--steps-file", steps.display().to_string()),
+            ("--outputs", self.path("outputs").display().to_string()),
+            ("--result", self.path("result.json").display().to_string()),
+            ("--log", self.path("run.log").display().to_string()),
+            ("--shell-root", self.path("roots").display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mut rest = Vec::new();
+        let mut extra = extra.iter();
+        while let Some(flag) = extra.next() {
+            if let Some(slot) = flags.iter_mut().find(|(k, _)| k == flag) {
+                slot.1 = extra.next().map(|v| v.to_string()).unwrap_or_default();
+            } else {
+                rest.push(flag.to_string());
+            }
+        }
+        let mut cmd = bin();
+        cmd.arg("run");
+        for (k, v) in flags {
+            cmd.arg(k).arg(v);
+        }
+        cmd.args(rest);
+        cmd
+    }
+    fn result(&self) -> RunResult {
+        let text = std::fs::read_to_string(self.path("result.json")).expect("a result JSON");
+        let result: RunResult = serde_json::from_str(&text).unwrap();
+        assert_valid_result(&result);
+        result
+    }
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("run.log")).unwrap_or_default()
+    }
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn the_example_runs_as_the_readme_shows() {
+    let case = Case::new();
+    let out = bin()
+        .args(["run", "--executor", "shell", "--name", "example", "--runner", "did:plc:example"])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .arg("--outputs")
+        .arg(case.path("outputs"))
+        .arg("--result")
+        .arg(case.path("result.json"))
+        .arg("--shell-root")
+        .arg(case.path("roots"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("==> step screenshot: success (exit 0"), "{stdout}");
+    let result = case.result();
+    let png = result.outputs.iter().find(|o| o.path == "badge.png").expect("badge.png");
+    assert_eq!(png.media_type, "image/png");
+    assert!(case.path("outputs/badge.png").is_file());
+    assert_eq!(std::fs::read_dir(case.path("roots")).unwrap().flatten().flat_map(|d| std::fs::read_dir(d.path()).unwrap()).count(), 0);
+}
+
+#[test]
+fn a_failing_step_exits_1() {
+    let case = Case::new();
+    let out = case.run("ok\ttrue\nbad\texit 4\nnever\ttrue\n", &[]).output().unwrap();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = case.result();
+    assert_eq!(result.steps[1].exit_code, Some(4));
+    assert!(case.log().contains("==> step bad: failed (exit 4"));
+}
+
+#[test]
+fn a_timeout_exits_124() {
+    let case = Case::new();
+    let out = case.run("hang\texec sleep 600\n", &["--step-timeout", "1s"]).output().unwrap();
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    assert_eq!(case.result().steps[0].status, executor_core::StepStatus::Timeout);
+}
+
+#[test]
+fn an_infrastructure_error_exits_3() {
+    let case = Case::new();
+    // The outputs folder cannot be created: a file is in the way.
+    std::fs::write(case.path("outputs"), "in the way").unwrap();
+    let out = case.run("write\techo x > \"$OUTPUTS_DIR/x\"\n", &[]).output().unwrap();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    let result = case.result();
+    assert!(result.error.unwrap_or_default().starts_with("outputs:"));
+}
+
+#[test]
+fn sigterm_cancels_and_exits_130() {
+    let case = Case::new();
+    let mut child = case
+        .run("wait\techo waiting-for-signal; exec sleep 600\nafter\ttrue\n", &["--log", "-"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the step to be running: its line arrives on our pipe.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(n > 0, "runner-cli ended before the step ran");
+        if line.contains("waiting-for-signal") {
+            break;
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let result = case.result();
+    assert_eq!(result.status, executor_core::RunStatus::Cancelled);
+    assert_eq!(result.steps[1].status, executor_core::StepStatus::Skipped);
+}
+
+#[test]
+fn untrusted_triggers_are_refused_on_the_shell_executor() {
+    for trigger in ["pull", "queue"] {
+        let case = Case::new();
+        let out = case.run("x\ttouch \"$WORK_DIR/ran\"\n", &["--trigger", trigger]).output().unwrap();
+        assert_eq!(code(&out), 2);
+        assert!(stderr(&out).contains("untrusted"), "{}", stderr(&out));
+        assert!(!case.path("roots").exists(), "nothing may run");
+        assert_eq!(case.result().status, executor_core::RunStatus::Error);
+    }
+}
+
+#[test]
+fn input_errors_exit_2_with_a_clear_message_and_a_result() {
+    let case = Case::new();
+    let out = case.run("no tab here\n", &[]).output().unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("steps.tsv:1: no tab between the step name and its script"), "{}", stderr(&out));
+    assert_eq!(case.result().status, executor_core::RunStatus::Error);
+
+    let case = Case::new();
+    let out = case.run("a\ttrue\n", &["--workdir", "/no/such/checkout"]).output().unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--workdir /no/such/checkout"), "{}", stderr(&out));
+    assert_eq!(case.result().steps[0].status, executor_core::StepStatus::Skipped);
+
+    let case = Case::new();
+    let out = case.run("a\ttrue\n", &["--runner", "runner-without-did"]).output().unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("not a DID"), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_errors_exit_2_without_a_result() {
+    let case = Case::new();
+    let out = case.run("a\ttrue\n", &["--executor", "podman"]).output().unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("invalid value 'podman'"), "{}", stderr(&out));
+    assert!(!case.path("result.json").exists());
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_touches_nothing() {
+    let case = Case::new();
+    let out = case.run("build\tmake\n", &["--dry-run", "--env", "SECRET=hunter2"]).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("environment: run folder"), "{stdout}");
+    assert!(stdout.contains("sh -ec \"make\""), "{stdout}");
+    assert!(!stdout.contains("hunter2"));
+    for never in ["roots", "outputs", "result.json", "run.log"] {
+        assert!(!case.path(never).exists(), "dry-run created {never}");
+    }
+}
+
+#[test]
+fn cleanup_subcommand_removes_crashed_run_folders() {
+    let case = Case::new();
+    let runner_dir = case.path("roots").join(executor_core::labels::label_value("did:plc:cli-test"));
+    std::fs::create_dir_all(runner_dir.join("crashed-run/work")).unwrap();
+    let out = bin()
+        .args(["cleanup", "--executor", "shell", "--runner", "did:plc:cli-test", "--shell-root"])
+        .arg(case.path("roots"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 removed"));
+    assert!(!runner_dir.join("crashed-run").exists());
+}
