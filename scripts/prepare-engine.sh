@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Makes sure a Docker-compatible engine answers and holds the local busybox
+# test image, then prints the variables the tests read.
+#
+#   eval "$(scripts/prepare-engine.sh)"
+#
+# Uses the Docker engine at $DOCKER_HOST or /var/run/docker.sock when one
+# answers; otherwise installs Debian's podman and serves its Docker API on a
+# socket of its own. No registry is reachable here, so the image is built
+# from Debian's busybox-static: /bin/busybox, its applet links, /etc/passwd
+# and /tmp, imported as $KNOTLESS_TEST_IMAGE (default knotless-busybox:local).
+set -euo pipefail
+
+IMAGE="${KNOTLESS_TEST_IMAGE:-knotless-busybox:local}"
+STATE="${KNOTLESS_ENGINE_STATE:-${TMPDIR:-/tmp}/knotless-engine}"
+mkdir -p "$STATE"
+
+say() { echo "prepare-engine: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+apt_install() {
+  if ! command -v apt-get >/dev/null; then
+    die "need $* but apt-get is not available; install them by hand"
+  fi
+  if [ ! -f "$STATE/.apt-updated" ]; then
+    apt-get update -qq >&2 && touch "$STATE/.apt-updated"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+# Answers if the engine at $1 (a unix:// URL) serves the Docker API.
+engine_answers() {
+  local sock="${1#unix://}"
+  [ -S "$sock" ] || return 1
+  curl -fsS --max-time 5 --unix-socket "$sock" http://d/_ping >/dev/null 2>&1
+}
+
+command -v curl >/dev/null || apt_install curl ca-certificates
+
+HOST=""
+ENGINE=""
+if [ -n "${DOCKER_HOST:-}" ] && engine_answers "$DOCKER_HOST"; then
+  HOST="$DOCKER_HOST"
+elif engine_answers unix:///var/run/docker.sock; then
+  HOST="unix:///var/run/docker.sock"
+fi
+
+if [ -n "$HOST" ]; then
+  ENGINE="docker"
+else
+  ENGINE="podman"
+  SOCK="$STATE/podman.sock"
+  HOST="unix://$SOCK"
+  if ! engine_answers "$HOST"; then
+    command -v podman >/dev/null || apt_install podman runc conmon netavark catatonit
+    # Facts of these machines: crun fails on the hybrid cgroup layout, there
+    # is no systemd, and ulimits may not exceed the hard limits.
+    nofile="$(ulimit -Hn)"; [ "$nofile" = unlimited ] && nofile=1048576
+    nproc="$(ulimit -Hu)"; { [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ]; } && nproc=32768
+    cat >"$STATE/containers.conf" <<CONF
+[containers]
+default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+    cat >"$STATE/storage.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$STATE/storage"
+runroot = "$STATE/run"
+CONF
+    export CONTAINERS_CONF="$STATE/containers.conf" CONTAINERS_STORAGE_CONF="$STATE/storage.conf"
+    say "starting podman's Docker API on $SOCK"
+    nohup podman system service --time=0 "$HOST" >"$STATE/podman.log" 2>&1 &
+    for _ in $(seq 1 300); do
+      engine_answers "$HOST" && break
+      # Waiting for a socket another process creates: there is no event to wait on.
+      sleep 0.1
+    done
+    engine_answers "$HOST" || die "podman did not answer on $SOCK; see $STATE/podman.log"
+  fi
+fi
+SOCK="${HOST#unix://}"
+say "engine: $ENGINE at $HOST"
+
+image_present() {
+  curl -fsS --max-time 10 --unix-socket "$SOCK" "http://d/images/$IMAGE/json" >/dev/null 2>&1
+}
+
+if ! image_present; then
+  [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || apt_install busybox-static
+  ROOTFS="$(mktemp -d "$STATE/rootfs.XXXXXX")"
+  trap 'rm -rf "$ROOTFS"' EXIT
+  mkdir -p "$ROOTFS/bin" "$ROOTFS/etc" "$ROOTFS/tmp" "$ROOTFS/root"
+  chmod 1777 "$ROOTFS/tmp"
+  cp /bin/busybox "$ROOTFS/bin/busybox"
+  for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || ln -sf busybox "$ROOTFS/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$ROOTFS/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$ROOTFS/etc/group"
+  say "importing $IMAGE from busybox-static"
+  tar -C "$ROOTFS" -cf - . | curl -fsS --unix-socket "$SOCK" -X POST \
+    -H 'Content-Type: application/x-tar' --data-binary @- \
+    "http://d/images/create?fromSrc=-&repo=${IMAGE%:*}&tag=${IMAGE##*:}&changes=ENV%20PATH%3D%2Fbin" >/dev/null
+  image_present || die "the image $IMAGE is not on the engine after import"
+fi
+
+echo "export DOCKER_HOST=$HOST"
+echo "export KNOTLESS_TEST_IMAGE=$IMAGE"
+echo "export KNOTLESS_TEST_ENGINE=$ENGINE"
