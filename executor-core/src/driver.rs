@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::result::manifest;
 use crate::{
-    CommandOutcome, Executor, RunHandle, RunLog, RunResult, RunSpec, RunStatus,
-    StepCommand, StepResult, StepStatus,
+    CommandOutcome, Executor, RunHandle, RunLog, RunResult, RunSpec, RunStatus, StepCommand,
+    StepResult, StepStatus,
 };
 
 /// How long an interrupted operation, and each of `outputs` and `stop`, may
@@ -119,8 +119,14 @@ pub async fn run_with(
         Supervised::Done(Ok(handle)) => handle,
         Supervised::Done(Err(err)) => {
             log.line(&format!("start failed: {err}"));
-            return finish(result, RunStatus::Error, Some(format!("start: {err}")), spec, log)
-                .await;
+            return finish(
+                result,
+                RunStatus::Error,
+                Some(format!("start: {err}")),
+                spec,
+                log,
+            )
+            .await;
         }
         Supervised::Interrupted(why, finished) => {
             if let Some(Ok(handle)) = finished {
@@ -136,7 +142,7 @@ pub async fn run_with(
     let mut status = RunStatus::Success;
     let mut error = None;
     let mut steps = spec.steps.iter();
-    while let Some(step) = steps.next() {
+    for step in steps.by_ref() {
         if let Some(why) = watch.already() {
             // Never start a step the run has no time or wish for.
             status = why.run_status();
@@ -153,7 +159,9 @@ pub async fn run_with(
             break;
         }
     }
-    result.steps.extend(steps.map(|s| StepResult::skipped(&s.name)));
+    result
+        .steps
+        .extend(steps.map(|s| StepResult::skipped(&s.name)));
 
     // Outputs, whatever happened to the steps.
     log.line("collecting outputs");
@@ -247,10 +255,7 @@ async fn run_step(
         Supervised::Interrupted(why, finished) => {
             let mut msg = format!("step {}: {}", step.name, why.describe_for(spec));
             if finished.is_none() {
-                msg.push_str(&format!(
-                    "; the step did not stop within {:?}",
-                    watch.grace
-                ));
+                msg.push_str(&format!("; the step did not stop within {:?}", watch.grace));
             }
             (
                 why.step_status(),
@@ -322,7 +327,11 @@ async fn finish(
         (a, b) => a.or(b),
     };
     if result.steps.is_empty() {
-        result.steps = spec.steps.iter().map(|s| StepResult::skipped(&s.name)).collect();
+        result.steps = spec
+            .steps
+            .iter()
+            .map(|s| StepResult::skipped(&s.name))
+            .collect();
     }
     result.finished_at = OffsetDateTime::now_utc();
     log.line(&format!(
@@ -419,4 +428,3 @@ impl Watch<'_> {
         Supervised::Interrupted(why, finished)
     }
 }
-

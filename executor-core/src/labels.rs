@@ -91,8 +91,14 @@ mod tests {
         for raw in ["did:plc:a", "did:plc:b", "-x-", "", &long, "ünïcode"] {
             let v = label_value(raw);
             assert!(v.len() <= 63, "{v}");
-            assert!(v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()), "{v}");
-            assert!(v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric()), "{v}");
+            assert!(
+                v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()),
+                "{v}"
+            );
+            assert!(
+                v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric()),
+                "{v}"
+            );
         }
         assert_ne!(label_value("did:plc:a"), label_value("did-plc-a"));
     }

@@ -32,9 +32,7 @@ pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};
 pub use error::ExecutorError;
 #[cfg(feature = "mock")]
 pub use executor::MockExecutor;
-pub use executor::{
-    CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand,
-};
+pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand};
 pub use log::{MemoryLog, RunLog};
 pub use model::{validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT};
 pub use result::{

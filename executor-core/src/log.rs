@@ -88,7 +88,7 @@ impl RunLog {
     pub fn line(&self, message: &str) {
         self.with(|inner| {
             let lead = if inner.at_line_start { "" } else { "\n" };
-            let r = write!(inner.out, "{lead}==> {message}\n").and_then(|_| inner.out.flush());
+            let r = writeln!(inner.out, "{lead}==> {message}").and_then(|_| inner.out.flush());
             inner.at_line_start = true;
             r
         });
@@ -154,6 +154,9 @@ mod tests {
         let (log, mem) = RunLog::memory();
         log.output(b"no newline");
         log.step_finished("a", "success", Some(0), Duration::from_millis(1500));
-        assert_eq!(mem.text(), "no newline\n==> step a: success (exit 0, 1.500s)\n");
+        assert_eq!(
+            mem.text(),
+            "no newline\n==> step a: success (exit 0, 1.500s)\n"
+        );
     }
 }

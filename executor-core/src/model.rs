@@ -157,7 +157,11 @@ impl RunSpec {
                 return bad(format!("step name {:?} is used twice", step.name));
             }
         }
-        for (key, _) in self.env.iter().chain(self.steps.iter().flat_map(|s| &s.env)) {
+        for (key, _) in self
+            .env
+            .iter()
+            .chain(self.steps.iter().flat_map(|s| &s.env))
+        {
             validate_env_key(key)?;
         }
         Ok(())

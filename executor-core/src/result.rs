@@ -185,7 +185,10 @@ pub async fn manifest(dir: &Path) -> Result<Vec<OutputFile>, ExecutorError> {
     if !dir.is_dir() {
         return Ok(files);
     }
-    for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
+    for entry in walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .sort_by_file_name()
+    {
         let entry = entry.map_err(|e| {
             let path = e.path().unwrap_or(dir).to_path_buf();
             ExecutorError::io("listing outputs", path, e.into())
@@ -289,7 +292,10 @@ mod tests {
         assert_eq!(media_type("a", &[0xFF, 0xD8, 0xFF, 0xE0]), "image/jpeg");
         assert_eq!(media_type("a", b"GIF89a.."), "image/gif");
         assert_eq!(media_type("a", b"RIFF\0\0\0\0WEBPVP8 "), "image/webp");
-        assert_eq!(media_type("a", b"<?xml version='1.0'?><svg>"), "image/svg+xml");
+        assert_eq!(
+            media_type("a", b"<?xml version='1.0'?><svg>"),
+            "image/svg+xml"
+        );
         assert_eq!(media_type("a.SVG", b""), "image/svg+xml");
         assert_eq!(media_type("a", b"\0\0"), "application/octet-stream");
     }

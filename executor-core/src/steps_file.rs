@@ -111,7 +111,9 @@ mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
-        parse_steps(Path::new("s.tsv"), text).unwrap_err().to_string()
+        parse_steps(Path::new("s.tsv"), text)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]

@@ -101,7 +101,11 @@ async fn refuses_write_through_symlink() {
 async fn refuses_hard_link_out() {
     assert_refused(&[raw_entry("h", b'1', "../../etc/passwd", b"")], "`..`").await;
     assert_refused(&[raw_entry("h", b'1', "/etc/passwd", b"")], "absolute").await;
-    assert_refused(&[raw_entry("h", b'1', "missing", b"")], "not in the archive").await;
+    assert_refused(
+        &[raw_entry("h", b'1', "missing", b"")],
+        "not in the archive",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -119,16 +123,28 @@ async fn caps_size_and_entries() {
         max_bytes: 1000,
         ..UnpackLimits::default()
     };
-    let err = unpack_untrusted(&bytes[..], dest.path(), limits).await.unwrap_err();
-    assert!(matches!(err, UnpackError::TooLarge { limit: 1000 }), "{err}");
+    let err = unpack_untrusted(&bytes[..], dest.path(), limits)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, UnpackError::TooLarge { limit: 1000 }),
+        "{err}"
+    );
 
-    let many: Vec<_> = (0..5).map(|i| raw_entry(&format!("f{i}"), b'0', "", b"")).collect();
+    let many: Vec<_> = (0..5)
+        .map(|i| raw_entry(&format!("f{i}"), b'0', "", b""))
+        .collect();
     let limits = UnpackLimits {
         max_entries: 3,
         ..UnpackLimits::default()
     };
-    let err = unpack_untrusted(&archive(&many)[..], dest.path(), limits).await.unwrap_err();
-    assert!(matches!(err, UnpackError::TooManyEntries { limit: 3 }), "{err}");
+    let err = unpack_untrusted(&archive(&many)[..], dest.path(), limits)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, UnpackError::TooManyEntries { limit: 3 }),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -156,13 +172,19 @@ async fn strips_setuid_and_allows_inner_links() {
         raw_entry("hard", b'1', "tool", b""),
     ];
     unpack(archive(&entries), dest.path()).await.unwrap();
-    let mode = std::fs::metadata(dest.path().join("tool")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(dest.path().join("tool"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o7777, 0o755);
     assert_eq!(
         std::fs::read_link(dest.path().join("d/link")).unwrap(),
         Path::new("../tool")
     );
-    assert_eq!(std::fs::read(dest.path().join("hard")).unwrap(), b"#!/bin/sh\n");
+    assert_eq!(
+        std::fs::read(dest.path().join("hard")).unwrap(),
+        b"#!/bin/sh\n"
+    );
 }
 
 #[tokio::test]
@@ -185,9 +207,15 @@ async fn pack_round_trip_keeps_modes_links_empty_dirs_and_odd_names() {
     assert_eq!(summary.symlinks, 1);
     assert_eq!(tree(s), tree(dest.path()));
     let d = dest.path();
-    let mode = std::fs::metadata(d.join("run.sh")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(d.join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o755);
-    assert_eq!(std::fs::read_link(d.join("link-to-run")).unwrap(), Path::new("run.sh"));
+    assert_eq!(
+        std::fs::read_link(d.join("link-to-run")).unwrap(),
+        Path::new("run.sh")
+    );
     assert!(d.join("empty/nested-empty").is_dir());
     assert_eq!(std::fs::read_to_string(d.join(&long)).unwrap(), "long name");
 }

@@ -145,9 +145,11 @@ impl Executor for ShellExecutor {
         };
         log.line(&format!("run folder {}", handle.id));
         let copy = async {
-            self.fill(&run.checkout, &root.work(), "copying the checkout").await?;
+            self.fill(&run.checkout, &root.work(), "copying the checkout")
+                .await?;
             if let Some(steps) = &run.steps_dir {
-                self.fill(steps, &root.steps(), "copying the steps folder").await?;
+                self.fill(steps, &root.steps(), "copying the steps folder")
+                    .await?;
             }
             Ok::<_, ExecutorError>(())
         };
@@ -186,17 +188,11 @@ impl Executor for ShellExecutor {
                 run.id
             )));
         }
-        let finished = process::run_step(
-            Path::new(&run.work_dir),
-            step,
-            log,
-            interrupt,
-            |pgid| {
-                if let Some(live) = self.runs().get_mut(&run.id) {
-                    live.groups.push(pgid);
-                }
-            },
-        )
+        let finished = process::run_step(Path::new(&run.work_dir), step, log, interrupt, |pgid| {
+            if let Some(live) = self.runs().get_mut(&run.id) {
+                live.groups.push(pgid);
+            }
+        })
         .await?;
         if let Some(live) = self.runs().get_mut(&run.id) {
             live.lingering.extend(finished.lingering);

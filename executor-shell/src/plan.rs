@@ -45,8 +45,15 @@ impl Plan {
             outputs_dir: root.join("outputs").display().to_string(),
         };
         self.say(format!("environment: run folder {}", handle.id));
-        self.say(format!("mkdir {}/{{work,steps,outputs}} (locked by {}/.lock)", handle.id, handle.id));
-        self.say(format!("tar {} -> {}", run.checkout.display(), handle.work_dir));
+        self.say(format!(
+            "mkdir {}/{{work,steps,outputs}} (locked by {}/.lock)",
+            handle.id, handle.id
+        ));
+        self.say(format!(
+            "tar {} -> {}",
+            run.checkout.display(),
+            handle.work_dir
+        ));
         if let Some(steps) = &run.steps_dir {
             self.say(format!("tar {} -> {}", steps.display(), handle.steps_dir));
         }

@@ -49,7 +49,9 @@ pub(crate) async fn run_step(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw)
-        .ok_or_else(|| ExecutorError::backend("starting sh", "the shell exited before it had a pid"))?;
+        .ok_or_else(|| {
+            ExecutorError::backend("starting sh", "the shell exited before it had a pid")
+        })?;
     on_spawn(pgid);
 
     let mut drains = Vec::new();

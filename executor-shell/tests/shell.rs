@@ -22,7 +22,10 @@ async fn background_process_does_not_hold_the_step_and_stop_kills_it() {
     let (base, checkout, outputs) = (tempdir(), tempdir(), tempdir());
     let executor = ShellExecutor::new(base.path());
     let spec = RunSpec::new("bg", "did:plc:bg", checkout.path(), outputs.path())
-        .step(Step::new("spawn", "sleep 600 & echo $! > \"$OUTPUTS_DIR/pid\""))
+        .step(Step::new(
+            "spawn",
+            "sleep 600 & echo $! > \"$OUTPUTS_DIR/pid\"",
+        ))
         .step(Step::new("next", "echo next-ran"))
         .timeouts(Duration::from_secs(120), Duration::from_secs(60));
     let (log, text) = RunLog::memory();
@@ -37,7 +40,10 @@ async fn background_process_does_not_hold_the_step_and_stop_kills_it() {
     // SIGKILL is delivered asynchronously: wait for the process to be gone.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while alive(pid) {
-        assert!(std::time::Instant::now() < deadline, "the background sleep {pid} outlived stop");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background sleep {pid} outlived stop"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(executor.leftovers("did:plc:bg").is_empty());
@@ -47,19 +53,28 @@ async fn background_process_does_not_hold_the_step_and_stop_kills_it() {
 async fn cleanup_removes_crashed_runs_only() {
     let base = tempdir();
     let executor = ShellExecutor::new(base.path());
-    let runner_dir = base.path().join("did-plc-crash-".to_string() + &hash_of("did:plc:crash"));
+    let runner_dir = base
+        .path()
+        .join("did-plc-crash-".to_string() + &hash_of("did:plc:crash"));
     // A run root whose owner died: it has a lock file nobody holds.
     let crashed = runner_dir.join("crashed-abc");
     std::fs::create_dir_all(crashed.join("work/ro")).unwrap();
     std::fs::write(crashed.join(".lock"), "").unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(crashed.join("work/ro"), std::fs::Permissions::from_mode(0o500)).unwrap();
+    std::fs::set_permissions(
+        crashed.join("work/ro"),
+        std::fs::Permissions::from_mode(0o500),
+    )
+    .unwrap();
     // Another runner's crashed root must survive.
     let other = base.path().join("did-plc-other-x/crashed");
     std::fs::create_dir_all(&other).unwrap();
 
     assert_eq!(executor.leftovers("did:plc:crash").len(), 1);
-    let report = executor.cleanup("did:plc:crash", CleanupScope::Expired).await.unwrap();
+    let report = executor
+        .cleanup("did:plc:crash", CleanupScope::Expired)
+        .await
+        .unwrap();
     assert_eq!(report.removed.len(), 1, "{report:?}");
     assert!(!crashed.exists());
     assert!(other.exists());
@@ -74,7 +89,13 @@ async fn dry_run_prints_every_call_and_touches_nothing() {
     let spec = RunSpec::new("dry", "did:plc:dry", checkout.path(), outputs.path())
         .env("TOKEN", "s3cret-value")
         .step(Step::new("build", "make all"));
-    let result = run(&executor, &spec, &RunLog::discard(), CancellationToken::new()).await;
+    let result = run(
+        &executor,
+        &spec,
+        &RunLog::discard(),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Success);
     let text = plan.text();
     let lines: Vec<&str> = text.lines().collect();
@@ -82,8 +103,14 @@ async fn dry_run_prints_every_call_and_touches_nothing() {
     assert!(lines[2].starts_with("tar "), "{text}");
     assert!(lines[3].contains("sh -ec \"make all\""), "{text}");
     assert!(lines[3].contains("TOKEN"), "{text}");
-    assert!(!text.contains("s3cret-value"), "a variable's value leaked: {text}");
-    assert!(lines[5].starts_with("kill the run's process groups"), "{text}");
+    assert!(
+        !text.contains("s3cret-value"),
+        "a variable's value leaked: {text}"
+    );
+    assert!(
+        lines[5].starts_with("kill the run's process groups"),
+        "{text}"
+    );
     assert!(!base.exists(), "the dry-run created {}", base.display());
     assert_eq!(std::fs::read_dir(outputs.path()).unwrap().count(), 0);
 }
@@ -93,7 +120,11 @@ fn tempdir() -> tempfile::TempDir {
 }
 
 fn hash_of(raw: &str) -> String {
-    executor_core::labels::label_value(raw).rsplit('-').next().unwrap().to_string()
+    executor_core::labels::label_value(raw)
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 #[derive(Clone, Default)]

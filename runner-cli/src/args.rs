@@ -135,9 +135,13 @@ pub struct CleanupArgs {
 
 /// `90`, `90s`, `15m`, `2h`, `1h30m`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration: use seconds (90) or units like 90s, 15m, 2h, 1h30m");
+    let bad = || {
+        format!("{text:?} is not a duration: use seconds (90) or units like 90s, 15m, 2h, 1h30m")
+    };
     if let Ok(secs) = text.parse::<u64>() {
-        return (secs > 0).then(|| Duration::from_secs(secs)).ok_or_else(bad);
+        return (secs > 0)
+            .then(|| Duration::from_secs(secs))
+            .ok_or_else(bad);
     }
     let mut total = 0u64;
     let mut number = String::new();

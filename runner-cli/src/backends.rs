@@ -18,7 +18,10 @@ pub struct BackendOptions {
 pub fn build(kind: ExecutorKind, opts: &BackendOptions) -> anyhow::Result<Box<dyn Executor>> {
     match kind {
         ExecutorKind::Shell => {
-            let base = opts.shell_root.clone().unwrap_or_else(ShellExecutor::default_base);
+            let base = opts
+                .shell_root
+                .clone()
+                .unwrap_or_else(ShellExecutor::default_base);
             Ok(if opts.dry_run {
                 Box::new(ShellExecutor::dry_run(base, Plan::new(std::io::stdout())))
             } else {

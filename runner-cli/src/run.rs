@@ -67,7 +67,14 @@ pub async fn run(args: RunArgs) -> i32 {
 
     let cancel = CancellationToken::new();
     tokio::spawn(cancel_on_signal(cancel.clone()));
-    let result = run_with(executor.as_ref(), &spec, &log, cancel, &DriverOptions::default()).await;
+    let result = run_with(
+        executor.as_ref(),
+        &spec,
+        &log,
+        cancel,
+        &DriverOptions::default(),
+    )
+    .await;
     if args.dry_run {
         return 0;
     }
@@ -106,7 +113,10 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     spec.run_timeout = args.timeout;
     spec.step_timeout = args.step_timeout.unwrap_or(args.timeout);
     if matches!(args.executor, ExecutorKind::Docker | ExecutorKind::K8s) && spec.image.is_none() {
-        bail!("--image is required with --executor {}", args.executor.name());
+        bail!(
+            "--image is required with --executor {}",
+            args.executor.name()
+        );
     }
     spec.validate()?;
     Ok(spec)
@@ -178,10 +188,17 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
         }
     };
     if !args.runner.starts_with("did:") {
-        eprintln!("runner-cli: --runner {:?} is not a DID (did:METHOD:ID)", args.runner);
+        eprintln!(
+            "runner-cli: --runner {:?} is not a DID (did:METHOD:ID)",
+            args.runner
+        );
         return EXIT_INPUT;
     }
-    let scope = if args.force { CleanupScope::All } else { CleanupScope::Expired };
+    let scope = if args.force {
+        CleanupScope::All
+    } else {
+        CleanupScope::Expired
+    };
     match executor.cleanup(&args.runner, scope).await {
         Ok(report) => {
             for removed in &report.removed {

@@ -91,7 +91,15 @@ fn stderr(out: &Output) -> String {
 fn the_example_runs_as_the_readme_shows() {
     let case = Case::new();
     let out = bin()
-        .args(["run", "--executor", "shell", "--name", "example", "--runner", "did:plc:example"])
+        .args([
+            "run",
+            "--executor",
+            "shell",
+            "--name",
+            "example",
+            "--runner",
+            "did:plc:example",
+        ])
         .arg("--workdir")
         .arg(examples())
         .arg("--steps-file")
@@ -106,18 +114,35 @@ fn the_example_runs_as_the_readme_shows() {
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("==> step screenshot: success (exit 0"), "{stdout}");
+    assert!(
+        stdout.contains("==> step screenshot: success (exit 0"),
+        "{stdout}"
+    );
     let result = case.result();
-    let png = result.outputs.iter().find(|o| o.path == "badge.png").expect("badge.png");
+    let png = result
+        .outputs
+        .iter()
+        .find(|o| o.path == "badge.png")
+        .expect("badge.png");
     assert_eq!(png.media_type, "image/png");
     assert!(case.path("outputs/badge.png").is_file());
-    assert_eq!(std::fs::read_dir(case.path("roots")).unwrap().flatten().flat_map(|d| std::fs::read_dir(d.path()).unwrap()).count(), 0);
+    assert_eq!(
+        std::fs::read_dir(case.path("roots"))
+            .unwrap()
+            .flatten()
+            .flat_map(|d| std::fs::read_dir(d.path()).unwrap())
+            .count(),
+        0
+    );
 }
 
 #[test]
 fn a_failing_step_exits_1() {
     let case = Case::new();
-    let out = case.run("ok\ttrue\nbad\texit 4\nnever\ttrue\n", &[]).output().unwrap();
+    let out = case
+        .run("ok\ttrue\nbad\texit 4\nnever\ttrue\n", &[])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let result = case.result();
     assert_eq!(result.steps[1].exit_code, Some(4));
@@ -127,9 +152,15 @@ fn a_failing_step_exits_1() {
 #[test]
 fn a_timeout_exits_124() {
     let case = Case::new();
-    let out = case.run("hang\texec sleep 600\n", &["--step-timeout", "1s"]).output().unwrap();
+    let out = case
+        .run("hang\texec sleep 600\n", &["--step-timeout", "1s"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 124, "{}", stderr(&out));
-    assert_eq!(case.result().steps[0].status, executor_core::StepStatus::Timeout);
+    assert_eq!(
+        case.result().steps[0].status,
+        executor_core::StepStatus::Timeout
+    );
 }
 
 #[test]
@@ -137,7 +168,10 @@ fn an_infrastructure_error_exits_3() {
     let case = Case::new();
     // The outputs folder cannot be created: a file is in the way.
     std::fs::write(case.path("outputs"), "in the way").unwrap();
-    let out = case.run("write\techo x > \"$OUTPUTS_DIR/x\"\n", &[]).output().unwrap();
+    let out = case
+        .run("write\techo x > \"$OUTPUTS_DIR/x\"\n", &[])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     let result = case.result();
     assert!(result.error.unwrap_or_default().starts_with("outputs:"));
@@ -147,7 +181,10 @@ fn an_infrastructure_error_exits_3() {
 fn sigterm_cancels_and_exits_130() {
     let case = Case::new();
     let mut child = case
-        .run("wait\techo waiting-for-signal; exec sleep 600\nafter\ttrue\n", &["--log", "-"])
+        .run(
+            "wait\techo waiting-for-signal; exec sleep 600\nafter\ttrue\n",
+            &["--log", "-"],
+        )
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -175,7 +212,10 @@ fn sigterm_cancels_and_exits_130() {
 fn untrusted_triggers_are_refused_on_the_shell_executor() {
     for trigger in ["pull", "queue"] {
         let case = Case::new();
-        let out = case.run("x\ttouch \"$WORK_DIR/ran\"\n", &["--trigger", trigger]).output().unwrap();
+        let out = case
+            .run("x\ttouch \"$WORK_DIR/ran\"\n", &["--trigger", trigger])
+            .output()
+            .unwrap();
         assert_eq!(code(&out), 2);
         assert!(stderr(&out).contains("untrusted"), "{}", stderr(&out));
         assert!(!case.path("roots").exists(), "nothing may run");
@@ -188,17 +228,34 @@ fn input_errors_exit_2_with_a_clear_message_and_a_result() {
     let case = Case::new();
     let out = case.run("no tab here\n", &[]).output().unwrap();
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("steps.tsv:1: no tab between the step name and its script"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("steps.tsv:1: no tab between the step name and its script"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(case.result().status, executor_core::RunStatus::Error);
 
     let case = Case::new();
-    let out = case.run("a\ttrue\n", &["--workdir", "/no/such/checkout"]).output().unwrap();
+    let out = case
+        .run("a\ttrue\n", &["--workdir", "/no/such/checkout"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("--workdir /no/such/checkout"), "{}", stderr(&out));
-    assert_eq!(case.result().steps[0].status, executor_core::StepStatus::Skipped);
+    assert!(
+        stderr(&out).contains("--workdir /no/such/checkout"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        case.result().steps[0].status,
+        executor_core::StepStatus::Skipped
+    );
 
     let case = Case::new();
-    let out = case.run("a\ttrue\n", &["--runner", "runner-without-did"]).output().unwrap();
+    let out = case
+        .run("a\ttrue\n", &["--runner", "runner-without-did"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("not a DID"), "{}", stderr(&out));
 }
@@ -206,16 +263,26 @@ fn input_errors_exit_2_with_a_clear_message_and_a_result() {
 #[test]
 fn usage_errors_exit_2_without_a_result() {
     let case = Case::new();
-    let out = case.run("a\ttrue\n", &["--executor", "podman"]).output().unwrap();
+    let out = case
+        .run("a\ttrue\n", &["--executor", "podman"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("invalid value 'podman'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid value 'podman'"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!case.path("result.json").exists());
 }
 
 #[test]
 fn dry_run_prints_the_plan_and_touches_nothing() {
     let case = Case::new();
-    let out = case.run("build\tmake\n", &["--dry-run", "--env", "SECRET=hunter2"]).output().unwrap();
+    let out = case
+        .run("build\tmake\n", &["--dry-run", "--env", "SECRET=hunter2"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("environment: run folder"), "{stdout}");
@@ -229,10 +296,19 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
 #[test]
 fn cleanup_subcommand_removes_crashed_run_folders() {
     let case = Case::new();
-    let runner_dir = case.path("roots").join(executor_core::labels::label_value("did:plc:cli-test"));
+    let runner_dir = case
+        .path("roots")
+        .join(executor_core::labels::label_value("did:plc:cli-test"));
     std::fs::create_dir_all(runner_dir.join("crashed-run/work")).unwrap();
     let out = bin()
-        .args(["cleanup", "--executor", "shell", "--runner", "did:plc:cli-test", "--shell-root"])
+        .args([
+            "cleanup",
+            "--executor",
+            "shell",
+            "--runner",
+            "did:plc:cli-test",
+            "--shell-root",
+        ])
         .arg(case.path("roots"))
         .output()
         .unwrap();

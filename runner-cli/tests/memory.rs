@@ -33,7 +33,11 @@ fn peak_rss_stays_small_with_a_200mb_log() {
     assert!(status.success());
     let log_len = std::fs::metadata(dir.path().join("run.log")).unwrap().len();
     assert!(log_len >= 200_000_000, "log holds {log_len} bytes");
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    let usage =
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
     let peak_mib = usage.max_rss() / 1024;
-    assert!(peak_mib <= 64, "runner-cli peaked at {peak_mib} MiB for a 200 MB log");
+    assert!(
+        peak_mib <= 64,
+        "runner-cli peaked at {peak_mib} MiB for a 200 MB log"
+    );
 }

@@ -74,7 +74,9 @@ pub fn pack_dir(dir: &Path) -> PackStream {
 }
 
 async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Result<()> {
-    let meta = tokio::fs::metadata(root).await.map_err(|e| with_path(e, root))?;
+    let meta = tokio::fs::metadata(root)
+        .await
+        .map_err(|e| with_path(e, root))?;
     if !meta.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::NotADirectory,
@@ -86,7 +88,9 @@ async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Re
     while let Some(rel) = pending.pop() {
         let abs = root.join(&rel);
         let mut names = Vec::new();
-        let mut dir = tokio::fs::read_dir(&abs).await.map_err(|e| with_path(e, &abs))?;
+        let mut dir = tokio::fs::read_dir(&abs)
+            .await
+            .map_err(|e| with_path(e, &abs))?;
         while let Some(entry) = dir.next_entry().await.map_err(|e| with_path(e, &abs))? {
             names.push(entry.file_name());
         }

@@ -165,7 +165,7 @@ impl Unpacker {
             entry: raw.clone(),
             reason: reason.to_string(),
         };
-        let Some(rel) = self.relative_path(&raw).map_err(|r| escape(r))? else {
+        let Some(rel) = self.relative_path(&raw).map_err(escape)? else {
             return Ok(());
         };
         let kind = entry.header().entry_type();
@@ -270,7 +270,9 @@ impl Unpacker {
                     )));
                 }
                 remove_non_dir(&target).await.map_err(io_err)?;
-                tokio::fs::hard_link(&source, &target).await.map_err(io_err)?;
+                tokio::fs::hard_link(&source, &target)
+                    .await
+                    .map_err(io_err)?;
                 self.summary.files += 1;
             }
             // PAX and GNU long-name headers are consumed by the reader; other
@@ -292,7 +294,10 @@ impl Unpacker {
                 Component::RootDir | Component::Prefix(_) => return Err("absolute path"),
             }
         }
-        let stripped: PathBuf = rel.components().skip(self.limits.strip_components).collect();
+        let stripped: PathBuf = rel
+            .components()
+            .skip(self.limits.strip_components)
+            .collect();
         Ok((!stripped.as_os_str().is_empty()).then_some(stripped))
     }
 

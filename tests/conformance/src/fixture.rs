@@ -38,7 +38,13 @@ impl Fixture {
         let tag = dir
             .path()
             .file_name()
-            .map(|n| n.to_string_lossy().rsplit('-').next().unwrap_or("x").to_lowercase())
+            .map(|n| {
+                n.to_string_lossy()
+                    .rsplit('-')
+                    .next()
+                    .unwrap_or("x")
+                    .to_lowercase()
+            })
             .unwrap_or_default();
         Fixture {
             runner: format!("did:plc:conformance-{case}-{tag}").replace('_', "-"),
@@ -203,8 +209,15 @@ pub fn assert_valid_result(result: &RunResult) {
         .build(&schema)
         .unwrap_or_else(|e| panic!("schema does not compile: {e}"));
     let value = serde_json::to_value(result).unwrap_or_else(|e| panic!("{e}"));
-    let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "result breaks the schema: {errors:?}\n{}", result.to_json());
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "result breaks the schema: {errors:?}\n{}",
+        result.to_json()
+    );
 }
 
 /// Fails the case if the backend's probe finds anything of `runner` left.

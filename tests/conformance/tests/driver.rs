@@ -57,7 +57,11 @@ impl Executor for Fake {
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         self.mock.stop(run).await
     }
-    async fn cleanup(&self, runner: &str, scope: CleanupScope) -> Result<CleanupReport, ExecutorError> {
+    async fn cleanup(
+        &self,
+        runner: &str,
+        scope: CleanupScope,
+    ) -> Result<CleanupReport, ExecutorError> {
         self.mock.cleanup(runner, scope).await
     }
 }
@@ -78,13 +82,23 @@ fn spec(outputs: &Path, steps: &[&str]) -> RunSpec {
 /// A mock whose start succeeds and whose outputs and stop each must be called once.
 fn started_mock() -> MockExecutor {
     let mut mock = MockExecutor::new();
-    mock.expect_start().times(1).returning(|_, _, _| Ok(handle()));
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
     mock.expect_outputs().times(1).returning(|_, _| Ok(()));
-    mock.expect_stop().with(always()).times(1).returning(|_| Ok(()));
+    mock.expect_stop()
+        .with(always())
+        .times(1)
+        .returning(|_| Ok(()));
     mock
 }
 
-async fn drive(mock: MockExecutor, hang: bool, spec: &RunSpec, cancel: CancellationToken) -> RunResult {
+async fn drive(
+    mock: MockExecutor,
+    hang: bool,
+    spec: &RunSpec,
+    cancel: CancellationToken,
+) -> RunResult {
     let fake = Fake {
         mock,
         hang_in_command: hang,
@@ -104,11 +118,22 @@ fn statuses(result: &RunResult) -> Vec<StepStatus> {
 async fn success() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = started_mock();
-    mock.expect_command().times(2).returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
-    let result = drive(mock, false, &spec(out.path(), &["a", "b"]), CancellationToken::new()).await;
+    mock.expect_command()
+        .times(2)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a", "b"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Success);
     assert_eq!(result.error, None);
-    assert_eq!(statuses(&result), [StepStatus::Success, StepStatus::Success]);
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Success, StepStatus::Success]
+    );
     assert_eq!(result.executor, "fake");
 }
 
@@ -119,7 +144,8 @@ async fn steps_see_standard_folders_then_run_then_step_variables() {
     mock.expect_command()
         .withf(|_, step, _, _| {
             let keys: Vec<&str> = step.env.iter().map(|(k, _)| k.as_str()).collect();
-            keys == ["WORK_DIR", "STEPS_DIR", "OUTPUTS_DIR", "R", "S"] && step.argv() == ["sh", "-ec", "run a"]
+            keys == ["WORK_DIR", "STEPS_DIR", "OUTPUTS_DIR", "R", "S"]
+                && step.argv() == ["sh", "-ec", "run a"]
         })
         .times(1)
         .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
@@ -134,16 +160,37 @@ async fn step_failure_skips_the_rest_and_still_collects_outputs() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = started_mock();
     let mut seq = mockall::Sequence::new();
-    mock.expect_command().times(1).in_sequence(&mut seq).returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
-    mock.expect_command().times(1).in_sequence(&mut seq).returning(|_, _, _, _| {
-        Ok(CommandOutcome::Exited { code: 137, reason: Some("OOMKilled".into()) })
-    });
-    let result = drive(mock, false, &spec(out.path(), &["a", "b", "c"]), CancellationToken::new()).await;
+    mock.expect_command()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_command()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _, _| {
+            Ok(CommandOutcome::Exited {
+                code: 137,
+                reason: Some("OOMKilled".into()),
+            })
+        });
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a", "b", "c"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Failed);
-    assert_eq!(statuses(&result), [StepStatus::Success, StepStatus::Failed, StepStatus::Skipped]);
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Success, StepStatus::Failed, StepStatus::Skipped]
+    );
     assert_eq!(result.steps[1].exit_code, Some(137));
     assert_eq!(result.steps[1].error.as_deref(), Some("OOMKilled"));
-    assert_eq!(result.error.as_deref(), Some("step b exited 137: OOMKilled"));
+    assert_eq!(
+        result.error.as_deref(),
+        Some("step b exited 137: OOMKilled")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -151,28 +198,61 @@ async fn step_timeout() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = started_mock();
     mock.expect_command().times(1).returning(|_, _, _, token| {
-        assert!(token.is_cancelled(), "the interrupt token must fire on a step timeout");
+        assert!(
+            token.is_cancelled(),
+            "the interrupt token must fire on a step timeout"
+        );
         Ok(CommandOutcome::Interrupted)
     });
-    let result = drive(mock, true, &spec(out.path(), &["slow", "next"]), CancellationToken::new()).await;
+    let result = drive(
+        mock,
+        true,
+        &spec(out.path(), &["slow", "next"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Timeout);
-    assert_eq!(statuses(&result), [StepStatus::Timeout, StepStatus::Skipped]);
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Timeout, StepStatus::Skipped]
+    );
     assert_eq!(result.steps[0].exit_code, None);
-    assert!(result.error.as_deref().unwrap_or("").contains("step timeout"), "{:?}", result.error);
+    assert!(
+        result
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("step timeout"),
+        "{:?}",
+        result.error
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn run_timeout() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = started_mock();
-    mock.expect_command().times(1).returning(|_, _, _, _| Ok(CommandOutcome::Interrupted));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::Interrupted));
     let mut spec = spec(out.path(), &["slow", "next"]);
     spec.run_timeout = Duration::from_secs(5);
     spec.step_timeout = Duration::from_secs(50);
     let result = drive(mock, true, &spec, CancellationToken::new()).await;
     assert_eq!(result.status, RunStatus::Timeout);
-    assert_eq!(statuses(&result), [StepStatus::Timeout, StepStatus::Skipped]);
-    assert!(result.error.as_deref().unwrap_or("").contains("run timeout"), "{:?}", result.error);
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Timeout, StepStatus::Skipped]
+    );
+    assert!(
+        result
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("run timeout"),
+        "{:?}",
+        result.error
+    );
 }
 
 /// A command that never returns, even when interrupted.
@@ -183,10 +263,21 @@ impl Executor for IgnoresInterrupt {
     fn kind(&self) -> &str {
         "fake"
     }
-    async fn start(&self, r: &RunSpec, l: &RunLog, t: CancellationToken) -> Result<RunHandle, ExecutorError> {
+    async fn start(
+        &self,
+        r: &RunSpec,
+        l: &RunLog,
+        t: CancellationToken,
+    ) -> Result<RunHandle, ExecutorError> {
         self.0.start(r, l, t).await
     }
-    async fn command(&self, _: &RunHandle, _: &StepCommand, _: &RunLog, _: CancellationToken) -> Result<CommandOutcome, ExecutorError> {
+    async fn command(
+        &self,
+        _: &RunHandle,
+        _: &StepCommand,
+        _: &RunLog,
+        _: CancellationToken,
+    ) -> Result<CommandOutcome, ExecutorError> {
         std::future::pending().await
     }
     async fn outputs(&self, r: &RunHandle, d: &Path) -> Result<(), ExecutorError> {
@@ -204,11 +295,25 @@ impl Executor for IgnoresInterrupt {
 async fn step_that_ignores_its_interrupt_is_abandoned_after_the_grace() {
     let out = tempfile::tempdir().unwrap();
     let fake = IgnoresInterrupt(started_mock());
-    let result = run(&fake, &spec(out.path(), &["stuck"]), &RunLog::discard(), CancellationToken::new()).await;
+    let result = run(
+        &fake,
+        &spec(out.path(), &["stuck"]),
+        &RunLog::discard(),
+        CancellationToken::new(),
+    )
+    .await;
     assert_valid_result(&result);
     assert_eq!(result.status, RunStatus::Timeout);
     assert_eq!(statuses(&result), [StepStatus::Timeout]);
-    assert!(result.error.as_deref().unwrap_or("").contains("did not stop within"), "{:?}", result.error);
+    assert!(
+        result
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("did not stop within"),
+        "{:?}",
+        result.error
+    );
 }
 
 #[tokio::test]
@@ -219,7 +324,11 @@ async fn cancel_mid_step() {
         assert!(token.is_cancelled());
         Ok(CommandOutcome::Interrupted)
     });
-    let fake = Fake { mock, hang_in_command: true, entered: Arc::new(Notify::new()) };
+    let fake = Fake {
+        mock,
+        hang_in_command: true,
+        entered: Arc::new(Notify::new()),
+    };
     let cancel = CancellationToken::new();
     let spec = spec(out.path(), &["a", "b"]);
     let canceller = async {
@@ -230,22 +339,37 @@ async fn cancel_mid_step() {
     let (result, ()) = tokio::join!(run(&fake, &spec, &log, cancel.clone()), canceller);
     assert_valid_result(&result);
     assert_eq!(result.status, RunStatus::Cancelled);
-    assert_eq!(statuses(&result), [StepStatus::Cancelled, StepStatus::Skipped]);
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Cancelled, StepStatus::Skipped]
+    );
 }
 
 #[tokio::test]
 async fn failing_start_never_stops_and_skips_every_step() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = MockExecutor::new();
-    mock.expect_start()
-        .times(1)
-        .returning(|_, _, _| Err(ExecutorError::backend("create container", "no such image: nope")));
+    mock.expect_start().times(1).returning(|_, _, _| {
+        Err(ExecutorError::backend(
+            "create container",
+            "no such image: nope",
+        ))
+    });
     mock.expect_command().times(0);
     mock.expect_outputs().times(0);
     mock.expect_stop().times(0);
-    let result = drive(mock, false, &spec(out.path(), &["a"]), CancellationToken::new()).await;
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Error);
-    assert_eq!(result.error.as_deref(), Some("start: create container: no such image: nope"));
+    assert_eq!(
+        result.error.as_deref(),
+        Some("start: create container: no such image: nope")
+    );
     assert_eq!(statuses(&result), [StepStatus::Skipped]);
 }
 
@@ -254,54 +378,113 @@ async fn failing_command_is_an_error_not_a_failure() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = started_mock();
     mock.expect_command().times(1).returning(|_, _, _, _| {
-        Err(ExecutorError::LostExitStatus { what: "exec".into(), detail: "stream closed".into() })
+        Err(ExecutorError::LostExitStatus {
+            what: "exec".into(),
+            detail: "stream closed".into(),
+        })
     });
-    let result = drive(mock, false, &spec(out.path(), &["a", "b"]), CancellationToken::new()).await;
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a", "b"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Error);
     assert_eq!(statuses(&result), [StepStatus::Error, StepStatus::Skipped]);
-    assert!(result.error.as_deref().unwrap_or("").contains("exit status of exec was lost"));
+    assert!(result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("exit status of exec was lost"));
 }
 
 #[tokio::test]
 async fn failing_outputs_makes_a_successful_run_an_error_and_still_stops() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = MockExecutor::new();
-    mock.expect_start().times(1).returning(|_, _, _| Ok(handle()));
-    mock.expect_command().times(1).returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
     mock.expect_outputs().times(1).returning(|_, _| {
-        Err(ExecutorError::backend("download /outputs", "connection reset"))
+        Err(ExecutorError::backend(
+            "download /outputs",
+            "connection reset",
+        ))
     });
     mock.expect_stop().times(1).returning(|_| Ok(()));
-    let result = drive(mock, false, &spec(out.path(), &["a"]), CancellationToken::new()).await;
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Error);
     assert_eq!(statuses(&result), [StepStatus::Success]);
-    assert_eq!(result.error.as_deref(), Some("outputs: download /outputs: connection reset"));
+    assert_eq!(
+        result.error.as_deref(),
+        Some("outputs: download /outputs: connection reset")
+    );
 }
 
 #[tokio::test]
 async fn failing_stop_is_reported_and_keeps_a_failure_a_failure() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = MockExecutor::new();
-    mock.expect_start().times(1).returning(|_, _, _| Ok(handle()));
-    mock.expect_command().times(1).returning(|_, _, _, _| Ok(CommandOutcome::exited(2)));
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(2)));
     mock.expect_outputs().times(1).returning(|_, _| Ok(()));
-    mock.expect_stop().times(1).returning(|_| Err(ExecutorError::backend("remove container", "engine gone")));
-    let result = drive(mock, false, &spec(out.path(), &["a"]), CancellationToken::new()).await;
+    mock.expect_stop()
+        .times(1)
+        .returning(|_| Err(ExecutorError::backend("remove container", "engine gone")));
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Failed);
-    assert_eq!(result.error.as_deref(), Some("step a exited 2; stop: remove container: engine gone"));
+    assert_eq!(
+        result.error.as_deref(),
+        Some("step a exited 2; stop: remove container: engine gone")
+    );
 }
 
 #[tokio::test]
 async fn failing_stop_after_success_is_an_error() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = MockExecutor::new();
-    mock.expect_start().times(1).returning(|_, _, _| Ok(handle()));
-    mock.expect_command().times(1).returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
     mock.expect_outputs().times(1).returning(|_, _| Ok(()));
-    mock.expect_stop().times(1).returning(|_| Err(ExecutorError::backend("remove container", "engine gone")));
-    let result = drive(mock, false, &spec(out.path(), &["a"]), CancellationToken::new()).await;
+    mock.expect_stop()
+        .times(1)
+        .returning(|_| Err(ExecutorError::backend("remove container", "engine gone")));
+    let result = drive(
+        mock,
+        false,
+        &spec(out.path(), &["a"]),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(result.status, RunStatus::Error);
-    assert_eq!(result.error.as_deref(), Some("stop: remove container: engine gone"));
+    assert_eq!(
+        result.error.as_deref(),
+        Some("stop: remove container: engine gone")
+    );
 }
 
 #[tokio::test]

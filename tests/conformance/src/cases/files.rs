@@ -30,9 +30,17 @@ pub async fn checkout_arrives_intact(backend: &dyn Backend) {
         [ "$(readlink link)" = bin/run.sh ]
         ./link
     "#;
-    let spec = fx.spec(backend, "checkout").step(Step::new("inspect", script));
+    let spec = fx
+        .spec(backend, "checkout")
+        .step(Step::new("inspect", script));
     let (result, log) = run_to_end(backend, &spec).await;
-    assert_eq!(result.status, RunStatus::Success, "{}\n{}", result.to_json(), log.text());
+    assert_eq!(
+        result.status,
+        RunStatus::Success,
+        "{}\n{}",
+        result.to_json(),
+        log.text()
+    );
     assert!(log.text().contains("ran-from-checkout"), "{}", log.text());
     assert_nothing_left(backend, &fx.runner).await;
 }
@@ -46,7 +54,11 @@ pub async fn steps_dir_arrives(backend: &dyn Backend) {
         .step(Step::new("use", "sh \"$STEPS_DIR/lib/greet.sh\" steps"));
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
-    assert!(log.text().contains("greetings from steps"), "{}", log.text());
+    assert!(
+        log.text().contains("greetings from steps"),
+        "{}",
+        log.text()
+    );
     assert_nothing_left(backend, &fx.runner).await;
 }
 
@@ -71,7 +83,10 @@ pub async fn outputs_come_back(backend: &dyn Backend) {
         "report\n"
     );
     let paths: Vec<&str> = result.outputs.iter().map(|o| o.path.as_str()).collect();
-    assert_eq!(paths, ["nested/deeper/blob.bin", "nested/report.txt", "shot.png"]);
+    assert_eq!(
+        paths,
+        ["nested/deeper/blob.bin", "nested/report.txt", "shot.png"]
+    );
     let png = &result.outputs[2];
     assert_eq!(png.media_type, "image/png");
     assert_eq!(png.size, 16);

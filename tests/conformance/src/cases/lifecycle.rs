@@ -22,7 +22,11 @@ pub async fn step_timeout_kills_step(backend: &dyn Backend) {
     assert_eq!(result.steps[0].status, StepStatus::Timeout);
     assert_eq!(result.steps[0].exit_code, None);
     assert_eq!(result.steps[1].status, StepStatus::Skipped);
-    assert!(result.error.as_deref().unwrap_or("").contains("step timeout"));
+    assert!(result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("step timeout"));
     assert_nothing_left(backend, &fx.runner).await;
 }
 
@@ -42,12 +46,26 @@ pub async fn run_timeout_ends_run(backend: &dyn Backend) {
     // Start may take most of the budget on a slow backend; what matters is
     // that the run ended as a timeout with nothing after the timeout run.
     assert!(
-        statuses == [StepStatus::Success, StepStatus::Timeout, StepStatus::Skipped]
-            || statuses == [StepStatus::Timeout, StepStatus::Skipped, StepStatus::Skipped]
+        statuses
+            == [
+                StepStatus::Success,
+                StepStatus::Timeout,
+                StepStatus::Skipped
+            ]
+            || statuses
+                == [
+                    StepStatus::Timeout,
+                    StepStatus::Skipped,
+                    StepStatus::Skipped
+                ]
             || statuses.iter().all(|s| *s == StepStatus::Skipped),
         "{statuses:?}"
     );
-    assert!(result.error.as_deref().unwrap_or("").contains("run timeout"));
+    assert!(result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("run timeout"));
     assert_nothing_left(backend, &fx.runner).await;
 }
 
@@ -72,7 +90,11 @@ pub async fn cancellation_mid_step(backend: &dyn Backend) {
     assert_eq!(result.status, RunStatus::Cancelled, "{}", log.text());
     assert_eq!(result.steps[0].status, StepStatus::Cancelled);
     assert_eq!(result.steps[1].status, StepStatus::Skipped);
-    assert_eq!(result.outputs.len(), 1, "outputs are collected after a cancel");
+    assert_eq!(
+        result.outputs.len(),
+        1,
+        "outputs are collected after a cancel"
+    );
     assert_nothing_left(backend, &fx.runner).await;
 }
 
@@ -80,11 +102,17 @@ pub async fn cancellation_mid_step(backend: &dyn Backend) {
 /// result, every step skipped, and nothing is left behind.
 pub async fn failed_start_leaves_nothing(backend: &dyn Backend) {
     let fx = Fixture::new("badstart");
-    let mut spec = fx.spec(backend, "bad-start").step(Step::new("never", "true"));
+    let mut spec = fx
+        .spec(backend, "bad-start")
+        .step(Step::new("never", "true"));
     spec.checkout = fx.checkout().join("does-not-exist");
     let (result, _) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Error);
-    assert!(result.error.as_deref().unwrap_or("").contains("does-not-exist"));
+    assert!(result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("does-not-exist"));
     assert_eq!(result.steps[0].status, StepStatus::Skipped);
     assert_nothing_left(backend, &fx.runner).await;
 }
@@ -93,17 +121,25 @@ pub async fn failed_start_leaves_nothing(backend: &dyn Backend) {
 pub async fn concurrent_runs_are_isolated(backend: &dyn Backend) {
     let (a, b) = (Fixture::new("concurrent"), Fixture::new("concurrent"));
     let spec_for = |fx: &Fixture, who: &str| {
-        let mut spec = fx.spec(backend, &format!("concurrent-{who}")).step(Step::new(
-            "mark",
-            format!("[ ! -e marker ] && echo {who} > marker && cp marker \"$OUTPUTS_DIR/who.txt\""),
-        ));
+        let mut spec = fx
+            .spec(backend, &format!("concurrent-{who}"))
+            .step(Step::new(
+                "mark",
+                format!(
+                    "[ ! -e marker ] && echo {who} > marker && cp marker \"$OUTPUTS_DIR/who.txt\""
+                ),
+            ));
         spec.runner = a.runner.clone();
         spec
     };
     let (sa, sb) = (spec_for(&a, "a"), spec_for(&b, "b"));
     let ((ra, _), (rb, _)) = tokio::join!(run_to_end(backend, &sa), run_to_end(backend, &sb));
-    assert_eq!((ra.status, rb.status), (RunStatus::Success, RunStatus::Success));
-    let read = |fx: &Fixture| std::fs::read_to_string(fx.outputs().join("who.txt")).unwrap_or_default();
+    assert_eq!(
+        (ra.status, rb.status),
+        (RunStatus::Success, RunStatus::Success)
+    );
+    let read =
+        |fx: &Fixture| std::fs::read_to_string(fx.outputs().join("who.txt")).unwrap_or_default();
     assert_eq!((read(&a), read(&b)), ("a\n".to_string(), "b\n".to_string()));
     assert_nothing_left(backend, &a.runner).await;
 }
@@ -125,7 +161,10 @@ pub async fn cleanup_spares_live_runs(backend: &dyn Backend) {
             .cleanup(&fx.runner, CleanupScope::All)
             .await
             .unwrap_or_else(|e| panic!("cleanup failed: {e}"));
-        assert!(report.removed.is_empty(), "cleanup removed a live run: {report:?}");
+        assert!(
+            report.removed.is_empty(),
+            "cleanup removed a live run: {report:?}"
+        );
         cancel.cancel();
     };
     let (result, ()) = tokio::join!(run_watched(backend, &spec, &log, cancel.clone()), observe);

@@ -56,7 +56,11 @@ pub async fn large_log_is_streamed(backend: &dyn Backend) {
     let before = rss().unwrap_or(0);
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", result.to_json());
-    assert!(log.total() >= BYTES, "only {} bytes reached the log", log.total());
+    assert!(
+        log.total() >= BYTES,
+        "only {} bytes reached the log",
+        log.total()
+    );
     assert!(
         log.largest_write() <= 4 << 20,
         "one write of {} bytes: output was buffered",
@@ -75,9 +79,15 @@ pub async fn large_log_is_streamed(backend: &dyn Backend) {
 /// Each step's end marker carries its exit code and duration.
 pub async fn step_markers_carry_exit_codes(backend: &dyn Backend) {
     let fx = Fixture::new("markers");
-    let spec = fx.spec(backend, "markers").step(Step::new("boom", "exit 5"));
+    let spec = fx
+        .spec(backend, "markers")
+        .step(Step::new("boom", "exit 5"));
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.steps[0].status, StepStatus::Failed);
-    assert!(log.text().contains("==> step boom: failed (exit 5, "), "{}", log.text());
+    assert!(
+        log.text().contains("==> step boom: failed (exit 5, "),
+        "{}",
+        log.text()
+    );
     assert_nothing_left(backend, &fx.runner).await;
 }

@@ -18,7 +18,10 @@ pub async fn state_persists_across_steps(backend: &dyn Backend) {
     let spec = fx
         .spec(backend, "state")
         .step(Step::new("install", install))
-        .step(Step::new("use", "PATH=\"$WORK_DIR/.tools:$PATH\" mytool; [ \"$(cat state.txt)\" = kept ]"));
+        .step(Step::new(
+            "use",
+            "PATH=\"$WORK_DIR/.tools:$PATH\" mytool; [ \"$(cat state.txt)\" = kept ]",
+        ));
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     assert!(log.text().contains("tool-says-hi"));
@@ -34,7 +37,9 @@ pub async fn exit_codes_propagate(backend: &dyn Backend) {
         ("no-such-command-anywhere", 127),
     ] {
         let fx = Fixture::new("exitcode");
-        let spec = fx.spec(backend, "exit-code").step(Step::new("exit", script));
+        let spec = fx
+            .spec(backend, "exit-code")
+            .step(Step::new("exit", script));
         let (result, log) = run_to_end(backend, &spec).await;
         let step = &result.steps[0];
         assert_eq!(step.exit_code, Some(code), "{script}: {}", log.text());
@@ -71,7 +76,10 @@ pub async fn failing_step_skips_rest(backend: &dyn Backend) {
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Failed);
     let statuses: Vec<_> = result.steps.iter().map(|s| s.status).collect();
-    assert_eq!(statuses, [StepStatus::Success, StepStatus::Failed, StepStatus::Skipped]);
+    assert_eq!(
+        statuses,
+        [StepStatus::Success, StepStatus::Failed, StepStatus::Skipped]
+    );
     assert_eq!(result.steps[2].exit_code, None);
     assert!(result.steps[2].started_at.is_none());
     assert!(!log.text().contains("must-not-run"));
@@ -83,7 +91,10 @@ pub async fn failing_step_skips_rest(backend: &dyn Backend) {
 /// a step's own variables override the run's.
 pub async fn variables_reach_steps(backend: &dyn Backend) {
     let fx = Fixture::new("env");
-    let mut spec = fx.spec(backend, "env").env("RUN_VAR", "run").env("BOTH", "run");
+    let mut spec = fx
+        .spec(backend, "env")
+        .env("RUN_VAR", "run")
+        .env("BOTH", "run");
     spec = spec.step(
         Step::new(
             "check",
@@ -94,7 +105,10 @@ pub async fn variables_reach_steps(backend: &dyn Backend) {
         .env("BOTH", "step")
         .env("STEP_VAR", "with space"),
     );
-    spec = spec.step(Step::new("scoped", "[ -z \"${STEP_VAR:-}\" ] && echo scoped-ok"));
+    spec = spec.step(Step::new(
+        "scoped",
+        "[ -z \"${STEP_VAR:-}\" ] && echo scoped-ok",
+    ));
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     assert!(log.text().contains("vars-ok") && log.text().contains("scoped-ok"));
