@@ -1,0 +1,312 @@
+//! The real engine: the Docker Engine API through `bollard`.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions,
+    InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    UploadToContainerOptions,
+};
+use bollard::Docker;
+use executor_core::tar::PackStream;
+use executor_core::ExecutorError;
+use futures_util::{StreamExt, TryStreamExt};
+use tokio_util::io::ReaderStream;
+
+use crate::engine::{
+    ContainerSpec, ContainerState, Engine, ExecSpec, ExecState, Listed, OutputStream,
+};
+
+/// Where the docker CLI looks when `DOCKER_HOST` is not set.
+const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// A Docker-compatible engine (Docker or podman's Docker API).
+pub struct BollardEngine {
+    docker: Docker,
+}
+
+impl BollardEngine {
+    /// Connects as the docker CLI does (`DOCKER_HOST`, else the default
+    /// socket), negotiates the API version, and checks the engine answers.
+    pub async fn connect() -> Result<Self, ExecutorError> {
+        let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string());
+        let unreachable = |err: &dyn std::fmt::Display| {
+            ExecutorError::backend(
+                "connecting to the container engine",
+                format!(
+                    "no Docker engine answers at {host} ({err}); start one or point DOCKER_HOST at it"
+                ),
+            )
+        };
+        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| unreachable(&e))?;
+        docker.ping().await.map_err(|e| unreachable(&e))?;
+        Ok(BollardEngine { docker })
+    }
+}
+
+fn status(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+fn fail(context: impl Into<String>) -> impl Fn(bollard::errors::Error) -> ExecutorError {
+    let context = context.into();
+    move |err| {
+        let message = match &err {
+            bollard::errors::Error::DockerResponseServerError {
+                message,
+                status_code,
+            } => {
+                format!("{message} (HTTP {status_code})")
+            }
+            other => other.to_string(),
+        };
+        ExecutorError::backend(context.clone(), message)
+    }
+}
+
+#[async_trait]
+impl Engine for BollardEngine {
+    async fn image_present(&self, image: &str) -> Result<bool, ExecutorError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(err) if status(&err) == Some(404) => Ok(false),
+            Err(err) => Err(fail(format!("inspecting image {image}"))(err)),
+        }
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), ExecutorError> {
+        let (repo, tag) = split_tag(image);
+        let options = CreateImageOptions {
+            from_image: Some(repo.to_string()),
+            tag: Some(tag.to_string()),
+            ..Default::default()
+        };
+        let mut progress = self.docker.create_image(Some(options), None, None);
+        while let Some(item) = progress.next().await {
+            item.map_err(fail(format!("pulling image {image}")))?;
+        }
+        Ok(())
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(spec.cmd.clone()),
+            labels: Some(spec.labels.clone()),
+            user: spec.user.clone(),
+            working_dir: Some(spec.working_dir.clone()),
+            host_config: Some(HostConfig {
+                memory: spec.memory,
+                // No swap beyond the memory limit, so the limit is the limit.
+                memory_swap: spec.memory,
+                nano_cpus: spec.nano_cpus,
+                network_mode: spec.network_mode.clone(),
+                security_opt: Some(spec.security_opt.clone()),
+                privileged: Some(false),
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(spec.name.clone()),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(fail(format!("creating a container from {}", spec.image)))?;
+        Ok(created.id)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), ExecutorError> {
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(fail(format!("starting container {id}")))
+    }
+
+    async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError> {
+        let env: Vec<String> = exec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let options = CreateExecOptions {
+            cmd: Some(exec.cmd.clone()),
+            env: Some(env),
+            working_dir: Some(exec.working_dir.clone()),
+            user: exec.user.clone(),
+            // podman refuses an exec with no attached stream, and its
+            // detached execs never report an exit code: always attach.
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(false),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_exec(id, options)
+            .await
+            .map_err(fail(format!("creating an exec in container {id}")))?;
+        Ok(created.id)
+    }
+
+    async fn exec_start(&self, exec_id: &str) -> Result<OutputStream, ExecutorError> {
+        let options = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: Some(64 * 1024),
+        };
+        match self
+            .docker
+            .start_exec(exec_id, Some(options))
+            .await
+            .map_err(fail(format!("starting exec {exec_id}")))?
+        {
+            StartExecResults::Attached { output, .. } => Ok(output
+                .map_ok(|chunk| match chunk {
+                    LogOutput::StdOut { message }
+                    | LogOutput::StdErr { message }
+                    | LogOutput::Console { message }
+                    | LogOutput::StdIn { message } => message,
+                })
+                .map_err(fail("reading exec output"))
+                .boxed()),
+            StartExecResults::Detached => Err(ExecutorError::backend(
+                format!("starting exec {exec_id}"),
+                "the engine detached an exec that asked to attach",
+            )),
+        }
+    }
+
+    async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {
+        let state = self
+            .docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(fail(format!("inspecting exec {exec_id}")))?;
+        Ok(ExecState {
+            running: state.running.unwrap_or(false),
+            exit_code: state.exit_code,
+        })
+    }
+
+    async fn inspect(&self, id: &str) -> Result<ContainerState, ExecutorError> {
+        match self
+            .docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => {
+                let state = info.state.unwrap_or_default();
+                Ok(ContainerState {
+                    exists: true,
+                    running: state.running.unwrap_or(false),
+                    oom_killed: state.oom_killed.unwrap_or(false),
+                })
+            }
+            Err(err) if status(&err) == Some(404) => Ok(ContainerState::default()),
+            Err(err) => Err(fail(format!("inspecting container {id}"))(err)),
+        }
+    }
+
+    async fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        _source: &std::path::Path,
+        tar: PackStream,
+    ) -> Result<(), ExecutorError> {
+        let options = UploadToContainerOptions {
+            path: path.to_string(),
+            ..Default::default()
+        };
+        let body = bollard::body_try_stream(ReaderStream::with_capacity(tar, 64 * 1024));
+        self.docker
+            .upload_to_container(id, Some(options), body)
+            .await
+            .map_err(fail(format!("copying into {path} of container {id}")))
+    }
+
+    fn download(&self, id: &str, path: &str) -> OutputStream {
+        let options = DownloadFromContainerOptions {
+            path: path.to_string(),
+        };
+        self.docker
+            .download_from_container(id, Some(options))
+            .map_err(fail(format!("copying {path} out of container {id}")))
+            .boxed()
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), ExecutorError> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(err) if status(&err) == Some(404) => Ok(()),
+            // Another remove of the same container is already under way.
+            Err(err) if status(&err) == Some(409) => Ok(()),
+            Err(err) => Err(fail(format!("removing container {id}"))(err)),
+        }
+    }
+
+    async fn list(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{label}={value}")])]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let found = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(fail("listing containers"))?;
+        Ok(found
+            .into_iter()
+            .filter_map(|c| {
+                Some(Listed {
+                    id: c.id?,
+                    labels: c.labels.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+}
+
+/// `repo[:tag]`, where a `:` inside a registry host's port is not a tag.
+fn split_tag(image: &str) -> (&str, &str) {
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (image, "latest"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tags() {
+        assert_eq!(super::split_tag("busybox"), ("busybox", "latest"));
+        assert_eq!(
+            super::split_tag("r:5000/busybox:1"),
+            ("r:5000/busybox", "1")
+        );
+        assert_eq!(
+            super::split_tag("r:5000/busybox"),
+            ("r:5000/busybox", "latest")
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! The dry-run engine: prints each call it is asked to make, makes none.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use executor_core::tar::PackStream;
+use executor_core::ExecutorError;
+use futures_util::StreamExt;
+
+use crate::engine::{
+    ContainerSpec, ContainerState, Engine, ExecSpec, ExecState, Listed, OutputStream,
+};
+
+/// Prints every Docker Engine call, in order, as `METHOD /path` lines, with
+/// the container config as JSON. Variable values are never printed.
+pub struct DryRunEngine {
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl DryRunEngine {
+    /// A dry-run printing to `out`.
+    pub fn new(out: impl Write + Send + 'static) -> Self {
+        DryRunEngine {
+            out: Arc::new(Mutex::new(Box::new(out))),
+        }
+    }
+
+    fn say(&self, line: impl AsRef<str>) {
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(out, "{}", line.as_ref());
+    }
+}
+
+/// The id every dry-run container gets.
+const DRY_ID: &str = "dry-run-container";
+
+#[async_trait]
+impl Engine for DryRunEngine {
+    async fn image_present(&self, image: &str) -> Result<bool, ExecutorError> {
+        self.say(format!("GET /images/{image}/json"));
+        Ok(true)
+    }
+    async fn pull(&self, image: &str) -> Result<(), ExecutorError> {
+        self.say(format!("POST /images/create?fromImage={image}"));
+        Ok(())
+    }
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
+        self.say(format!("POST /containers/create?name={}", spec.name));
+        let json = serde_json::to_string_pretty(spec).unwrap_or_default();
+        self.say(json);
+        Ok(DRY_ID.to_string())
+    }
+    async fn start(&self, id: &str) -> Result<(), ExecutorError> {
+        self.say(format!("POST /containers/{id}/start"));
+        Ok(())
+    }
+    async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError> {
+        let keys: Vec<&str> = exec.env.iter().map(|(k, _)| k.as_str()).collect();
+        let user = exec
+            .user
+            .as_deref()
+            .map(|u| format!(" user {u}"))
+            .unwrap_or_default();
+        self.say(format!(
+            "POST /containers/{id}/exec {:?} (cwd {}{user}, env {})",
+            exec.cmd,
+            exec.working_dir,
+            keys.join(",")
+        ));
+        Ok("dry-run-exec".to_string())
+    }
+    async fn exec_start(&self, exec_id: &str) -> Result<OutputStream, ExecutorError> {
+        self.say(format!(
+            "POST /exec/{exec_id}/start (attached: stdout, stderr)"
+        ));
+        Ok(futures_util::stream::empty().boxed())
+    }
+    async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {
+        self.say(format!("GET /exec/{exec_id}/json"));
+        Ok(ExecState {
+            running: false,
+            exit_code: Some(0),
+        })
+    }
+    async fn inspect(&self, id: &str) -> Result<ContainerState, ExecutorError> {
+        self.say(format!("GET /containers/{id}/json"));
+        Ok(ContainerState {
+            exists: true,
+            running: true,
+            oom_killed: false,
+        })
+    }
+    async fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        source: &Path,
+        tar: PackStream,
+    ) -> Result<(), ExecutorError> {
+        drop(tar);
+        self.say(format!(
+            "PUT /containers/{id}/archive?path={path} (tar stream of {})",
+            source.display()
+        ));
+        Ok(())
+    }
+    fn download(&self, id: &str, path: &str) -> OutputStream {
+        self.say(format!(
+            "GET /containers/{id}/archive?path={path} (tar stream)"
+        ));
+        // An empty archive: two zero blocks.
+        futures_util::stream::once(async { Ok(Bytes::from_static(&[0u8; 1024])) }).boxed()
+    }
+    async fn remove(&self, id: &str) -> Result<(), ExecutorError> {
+        self.say(format!("DELETE /containers/{id}?force=true&v=true"));
+        Ok(())
+    }
+    async fn list(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        self.say(format!(
+            "GET /containers/json?all=true&filters={{\"label\":[\"{label}={value}\"]}}"
+        ));
+        Ok(Vec::new())
+    }
+}

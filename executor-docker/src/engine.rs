@@ -1,0 +1,129 @@
+//! The seam: the few Docker Engine calls the executor makes.
+//!
+//! [`Engine`] is implemented by the real engine client
+//! ([`BollardEngine`](crate::BollardEngine)), by the dry-run
+//! ([`DryRunEngine`](crate::DryRunEngine)), and by mocks in unit tests, so
+//! what a dry-run prints and what a run does are the same sequence of calls.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use executor_core::tar::PackStream;
+use executor_core::ExecutorError;
+use futures_util::stream::BoxStream;
+use serde::Serialize;
+
+/// The container a run gets, as the engine is asked to create it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ContainerSpec {
+    /// Container name.
+    #[serde(skip)]
+    pub name: String,
+    /// Image reference.
+    pub image: String,
+    /// The keep-alive command: it only waits.
+    pub cmd: Vec<String>,
+    /// Labels, including the runner, run and expiry labels.
+    pub labels: HashMap<String, String>,
+    /// `--user`, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Working folder of the container's main process.
+    pub working_dir: String,
+    /// Memory limit in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<i64>,
+    /// CPU limit in units of 10^-9 CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nano_cpus: Option<i64>,
+    /// Network mode; `None` leaves the engine's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_mode: Option<String>,
+    /// Security options, always including `no-new-privileges`.
+    pub security_opt: Vec<String>,
+}
+
+/// One command to run in the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// argv.
+    pub cmd: Vec<String>,
+    /// `KEY=VALUE` pairs.
+    pub env: Vec<(String, String)>,
+    /// Working folder.
+    pub working_dir: String,
+    /// User to run as; `None` is the container's user.
+    pub user: Option<String>,
+}
+
+/// An exec's state once inspected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExecState {
+    /// Still running.
+    pub running: bool,
+    /// Exit code, once it has one.
+    pub exit_code: Option<i64>,
+}
+
+/// A container's state once inspected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContainerState {
+    /// The container exists.
+    pub exists: bool,
+    /// Its main process runs.
+    pub running: bool,
+    /// The kernel's OOM killer struck in it.
+    pub oom_killed: bool,
+}
+
+/// A container found by label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Container id.
+    pub id: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+}
+
+/// Output of an attached exec: chunks of stdout and stderr as they arrive.
+pub type OutputStream = BoxStream<'static, Result<Bytes, ExecutorError>>;
+
+/// The Docker Engine calls the executor makes; each maps to one API call.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait Engine: Send + Sync {
+    /// `GET /images/{image}/json`: is the image present?
+    async fn image_present(&self, image: &str) -> Result<bool, ExecutorError>;
+    /// `POST /images/create`: pull the image.
+    async fn pull(&self, image: &str) -> Result<(), ExecutorError>;
+    /// `POST /containers/create`; returns the id.
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError>;
+    /// `POST /containers/{id}/start`.
+    async fn start(&self, id: &str) -> Result<(), ExecutorError>;
+    /// `POST /containers/{id}/exec`; returns the exec id.
+    async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError>;
+    /// `POST /exec/{exec}/start`, attached: the exec's merged output.
+    async fn exec_start(&self, exec_id: &str) -> Result<OutputStream, ExecutorError>;
+    /// `GET /exec/{exec}/json`.
+    async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError>;
+    /// `GET /containers/{id}/json`.
+    async fn inspect(&self, id: &str) -> Result<ContainerState, ExecutorError>;
+    /// `PUT /containers/{id}/archive?path=...`: a streamed tar body of the
+    /// host folder `source`.
+    async fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        source: &Path,
+        tar: PackStream,
+    ) -> Result<(), ExecutorError>;
+    /// `GET /containers/{id}/archive?path=...`: a streamed tar.
+    fn download(&self, id: &str, path: &str) -> OutputStream;
+    /// `DELETE /containers/{id}?force=true&v=true`; a missing container is fine.
+    async fn remove(&self, id: &str) -> Result<(), ExecutorError>;
+    /// `GET /containers/json?all=true&filters=...`: containers with this label.
+    async fn list(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError>;
+}

@@ -1,0 +1,444 @@
+//! The five operations, mapped onto the [`Engine`] seam.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use executor_core::labels::{
+    dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
+};
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits};
+use executor_core::{
+    CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
+    RunSpec, StepCommand,
+};
+use futures_util::{StreamExt, TryStreamExt};
+use tokio_util::io::StreamReader;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{ContainerSpec, Engine, ExecSpec};
+use crate::{DockerOptions, PullPolicy};
+
+/// Folder in the container for the runner's own bookkeeping (step pid files).
+const STATE_DIR: &str = "/.knotless";
+/// How long an exec may take to report that it stopped after its output ended.
+const EXEC_SETTLE: Duration = Duration::from_secs(30);
+
+/// One container per run on a Docker-compatible engine.
+pub struct DockerExecutor {
+    engine: Arc<dyn Engine>,
+    options: DockerOptions,
+    /// Containers of runs this executor is running now: cleanup spares them.
+    live: Mutex<HashSet<String>>,
+}
+
+impl DockerExecutor {
+    /// An executor over any engine (the real one, the dry-run, a mock).
+    pub fn with_engine(engine: Arc<dyn Engine>, options: DockerOptions) -> Self {
+        DockerExecutor {
+            engine,
+            options,
+            live: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Every container of `runner`, live or not, by label: the probe for leftovers.
+    pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        Ok(self
+            .runner_containers(runner)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    async fn runner_containers(
+        &self,
+        runner: &str,
+    ) -> Result<Vec<(String, HashMap<String, String>)>, ExecutorError> {
+        let found = self.engine.list(RUNNER_LABEL, &label_value(runner)).await?;
+        // The sanitised label could in principle be shared; the raw DID decides.
+        Ok(found
+            .into_iter()
+            .filter(|c| c.labels.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner))
+            .map(|c| (c.id, c.labels))
+            .collect())
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn container_spec(&self, run: &RunSpec, image: &str) -> ContainerSpec {
+        let expires = now_secs() + run.run_timeout.as_secs() + self.options.expiry_grace.as_secs();
+        let labels = HashMap::from([
+            (RUNNER_LABEL.to_string(), label_value(&run.runner)),
+            (RUN_LABEL.to_string(), label_value(&run.name)),
+            (RUNNER_RAW_KEY.to_string(), run.runner.clone()),
+            (RUN_RAW_KEY.to_string(), run.name.clone()),
+            (EXPIRES_KEY.to_string(), expires.to_string()),
+        ]);
+        ContainerSpec {
+            name: format!(
+                "knotless-{}-{}",
+                dns_name(&[&run.name], 40),
+                random_suffix()
+            ),
+            image: image.to_string(),
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "while :; do sleep 3600; done".into(),
+            ],
+            labels,
+            user: self.options.user.clone(),
+            working_dir: "/".into(),
+            memory: self.options.memory,
+            nano_cpus: self.options.cpus.map(|c| (c * 1e9) as i64),
+            network_mode: self.options.network.clone(),
+            security_opt: vec!["no-new-privileges".into()],
+        }
+    }
+
+    async fn ensure_image(&self, image: &str, log: &RunLog) -> Result<(), ExecutorError> {
+        match self.options.pull {
+            PullPolicy::Always => {
+                log.line(&format!("pulling {image}"));
+                self.engine.pull(image).await
+            }
+            PullPolicy::Missing => {
+                if !self.engine.image_present(image).await? {
+                    log.line(&format!("{image} is not on the engine; pulling it"));
+                    self.engine.pull(image).await?;
+                }
+                Ok(())
+            }
+            PullPolicy::Never => {
+                if self.engine.image_present(image).await? {
+                    Ok(())
+                } else {
+                    Err(ExecutorError::InvalidInput(format!(
+                        "image {image} is not on the engine and --pull never forbids pulling it; \
+                         load it first (docker pull, docker load or docker import) or use --pull missing"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Creates the run's folders and fills them; the container exists already.
+    async fn prepare(&self, id: &str, run: &RunSpec) -> Result<(), ExecutorError> {
+        self.engine.start(id).await?;
+        // Docker refuses uploads to a missing path, so create every folder first.
+        let mut mkdir =
+            format!("mkdir -p /work /steps /outputs {STATE_DIR} && chmod 1777 {STATE_DIR}");
+        if let Some(user) = &self.options.user {
+            mkdir.push_str(&format!(
+                " && chown {} /work /steps /outputs",
+                shell_quote(user)
+            ));
+        }
+        self.exec_as_root(id, &mkdir, "creating /work, /steps and /outputs")
+            .await?;
+        self.engine
+            .upload(id, "/work", &run.checkout, pack_dir(&run.checkout))
+            .await?;
+        if let Some(steps) = &run.steps_dir {
+            self.engine
+                .upload(id, "/steps", steps, pack_dir(steps))
+                .await?;
+        }
+        if let Some(user) = &self.options.user {
+            // Uploaded files belong to root; the steps run as the user.
+            let chown = format!("chown -R {} /work /steps", shell_quote(user));
+            self.exec_as_root(id, &chown, "giving /work to --user")
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs a runner-internal command as root, failing with its output.
+    async fn exec_as_root(&self, id: &str, script: &str, what: &str) -> Result<(), ExecutorError> {
+        let exec = ExecSpec {
+            cmd: vec!["sh".into(), "-c".into(), script.into()],
+            env: Vec::new(),
+            working_dir: "/".into(),
+            user: Some("0".into()),
+        };
+        let exec_id = self.engine.exec_create(id, &exec).await?;
+        let mut output = self.engine.exec_start(&exec_id).await?;
+        let mut said = Vec::new();
+        while let Some(chunk) = output.next().await {
+            let chunk = chunk?;
+            if said.len() < 4096 {
+                said.extend_from_slice(&chunk[..chunk.len().min(4096 - said.len())]);
+            }
+        }
+        match self.settled(&exec_id).await?.exit_code {
+            Some(0) => Ok(()),
+            Some(code) => Err(ExecutorError::backend(
+                what,
+                format!("exit {code}: {}", String::from_utf8_lossy(&said).trim()),
+            )),
+            None => Err(ExecutorError::LostExitStatus {
+                what: what.to_string(),
+                detail: "the engine reported no exit code".into(),
+            }),
+        }
+    }
+
+    /// Inspects an exec until it is no longer running, within [`EXEC_SETTLE`].
+    async fn settled(&self, exec_id: &str) -> Result<crate::engine::ExecState, ExecutorError> {
+        let deadline = tokio::time::Instant::now() + EXEC_SETTLE;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let state = self.engine.exec_inspect(exec_id).await?;
+            if !state.running {
+                return Ok(state);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ExecutorError::LostExitStatus {
+                    what: format!("exec {exec_id}"),
+                    detail: format!("its output ended but it still ran after {EXEC_SETTLE:?}"),
+                });
+            }
+            // The engine has no call that waits for an exec to end: poll, backing off.
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills a step's process tree inside the container.
+    async fn kill_step(&self, id: &str, pid_file: &str, exec_id: &str) {
+        let script = crate::kill::kill_tree_script(pid_file);
+        if let Err(err) = self.exec_as_root(id, &script, "killing the step").await {
+            tracing::warn!(%err, container = id, "could not kill an interrupted step");
+        }
+        if let Err(err) = self.settled(exec_id).await {
+            tracing::warn!(%err, container = id, "an interrupted step did not stop");
+        }
+    }
+
+    /// What a missing or 137 exit code means, from the container's state.
+    async fn explain(&self, id: &str, code: Option<i64>) -> Result<Option<String>, ExecutorError> {
+        let state = self.engine.inspect(id).await?;
+        if !state.exists || !state.running {
+            return Err(ExecutorError::EnvironmentLost(format!(
+                "container {id} was {} while the step ran",
+                if state.exists { "stopped" } else { "removed" }
+            )));
+        }
+        if state.oom_killed && code == Some(137) {
+            let limit = self
+                .options
+                .memory
+                .map(|m| format!(" of {} MiB", m >> 20))
+                .unwrap_or_default();
+            return Ok(Some(format!(
+                "OOMKilled: the step ran out of memory (the container's limit{limit})"
+            )));
+        }
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl Executor for DockerExecutor {
+    fn kind(&self) -> &str {
+        "docker"
+    }
+
+    async fn start(
+        &self,
+        run: &RunSpec,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<RunHandle, ExecutorError> {
+        let image = run.image.as_deref().ok_or_else(|| {
+            ExecutorError::InvalidInput("the docker executor needs --image".into())
+        })?;
+        for (dir, flag) in [
+            (Some(&run.checkout), "--workdir"),
+            (run.steps_dir.as_ref(), "--steps-dir"),
+        ] {
+            if let Some(dir) = dir {
+                if !dir.is_dir() {
+                    return Err(ExecutorError::InvalidInput(format!(
+                        "{flag} {} is not a folder",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        self.ensure_image(image, log).await?;
+        let spec = self.container_spec(run, image);
+        let id = self.engine.create(&spec).await?;
+        log.line(&format!("container {} ({})", spec.name, short(&id)));
+        let prepared = tokio::select! {
+            r = self.prepare(&id, run) => r,
+            _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
+        };
+        if let Err(err) = prepared {
+            if let Err(remove_err) = self.engine.remove(&id).await {
+                tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
+            }
+            return Err(err);
+        }
+        self.live().insert(id.clone());
+        Ok(RunHandle::in_container(id))
+    }
+
+    async fn command(
+        &self,
+        run: &RunHandle,
+        step: &StepCommand,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<CommandOutcome, ExecutorError> {
+        let id = run.id.as_str();
+        let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
+        // Record the shell's pid so an interrupt can kill the step's
+        // processes: the engine has no call to kill an exec.
+        let cmd = vec![
+            "sh".into(),
+            "-c".into(),
+            "echo $$ > \"$0\" && exec sh -ec \"$1\"".into(),
+            pid_file.clone(),
+            step.script.clone(),
+        ];
+        let exec = ExecSpec {
+            cmd,
+            env: step.env.clone(),
+            working_dir: run.work_dir.clone(),
+            user: self.options.user.clone(),
+        };
+        let exec_id = self.engine.exec_create(id, &exec).await?;
+        let mut output = self.engine.exec_start(&exec_id).await?;
+        let mut stream_error = None;
+        loop {
+            tokio::select! {
+                chunk = output.next() => match chunk {
+                    Some(Ok(bytes)) => log.output(&bytes),
+                    Some(Err(err)) => { stream_error = Some(err); break; }
+                    None => break,
+                },
+                _ = interrupt.cancelled() => {
+                    drop(output);
+                    self.kill_step(id, &pid_file, &exec_id).await;
+                    return Ok(CommandOutcome::Interrupted);
+                }
+            }
+        }
+        let state = match self.settled(&exec_id).await {
+            Ok(state) => state,
+            Err(err) => {
+                self.explain(id, None).await?;
+                return Err(err);
+            }
+        };
+        match state.exit_code {
+            Some(code) => {
+                let reason = if code == 137 || stream_error.is_some() {
+                    self.explain(id, Some(code)).await?
+                } else {
+                    None
+                };
+                if let (Some(err), None) = (&stream_error, &reason) {
+                    tracing::warn!(%err, "exec output broke off; the exit code still arrived");
+                }
+                let code = i32::try_from(code).unwrap_or(i32::MAX);
+                Ok(CommandOutcome::Exited { code, reason })
+            }
+            None => {
+                self.explain(id, None).await?;
+                Err(ExecutorError::LostExitStatus {
+                    what: format!("step {}", step.name),
+                    detail: match stream_error {
+                        Some(err) => {
+                            format!("output broke off ({err}) and the engine has no exit code")
+                        }
+                        None => "the engine reported no exit code".into(),
+                    },
+                })
+            }
+        }
+    }
+
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+        let stream = self
+            .engine
+            .download(&run.id, &run.outputs_dir)
+            .map_err(std::io::Error::other);
+        let limits = UnpackLimits {
+            // The engine names every entry `outputs/...`.
+            strip_components: 1,
+            ..self.options.unpack_limits
+        };
+        unpack_untrusted(StreamReader::new(stream), dest, limits).await?;
+        Ok(())
+    }
+
+    async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
+        self.engine.remove(&run.id).await?;
+        self.live().remove(&run.id);
+        Ok(())
+    }
+
+    async fn cleanup(
+        &self,
+        runner: &str,
+        scope: CleanupScope,
+    ) -> Result<CleanupReport, ExecutorError> {
+        let now = now_secs();
+        let mut removed = Vec::new();
+        for (id, labels) in self.runner_containers(runner).await? {
+            if self.live().contains(&id) {
+                continue;
+            }
+            let expired = labels
+                .get(EXPIRES_KEY)
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_none_or(|e| e <= now);
+            if scope == CleanupScope::All || expired {
+                self.engine.remove(&id).await?;
+                tracing::info!(container = %id, "removed a leftover container");
+                removed.push(id);
+            }
+        }
+        Ok(CleanupReport { removed })
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// Eight hex digits, different on every call.
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{:08x}", h.finish() as u32)
+}
+
+/// Quotes a value for `sh`.
+pub(crate) fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}

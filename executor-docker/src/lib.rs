@@ -1,0 +1,102 @@
+//! The Docker backend of [`executor_core`]: one container per run on a
+//! Docker-compatible engine (Docker, or podman's Docker API), through
+//! `bollard`.
+//!
+//! The container runs a command that only waits; the checkout and steps
+//! folder go in as streamed tar bodies; each step is an attached exec of
+//! `sh -ec <script>`; `/outputs` comes back through the untrusted unpacker;
+//! stop force-removes the container and its anonymous volumes.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use executor_core::{run, RunLog, RunSpec, Step};
+//! use executor_docker::{DockerExecutor, DockerOptions};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let executor = DockerExecutor::connect(DockerOptions::default()).await?;
+//! let spec = RunSpec::new("build-1", "did:plc:runner", "checkout", "outputs")
+//!     .image("busybox:latest")
+//!     .step(Step::new("hello", "echo hello from $(hostname)"));
+//! let result = run(&executor, &spec, &RunLog::stdout(), CancellationToken::new()).await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod bollard_engine;
+mod dry_run;
+pub mod engine;
+mod executor;
+mod kill;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use executor_core::tar::UnpackLimits;
+use executor_core::ExecutorError;
+
+pub use bollard_engine::BollardEngine;
+pub use dry_run::DryRunEngine;
+pub use executor::DockerExecutor;
+
+/// When the image is pulled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PullPolicy {
+    /// Never: a missing image is an error.
+    Never,
+    /// Only when the engine does not have it.
+    #[default]
+    Missing,
+    /// Before every run.
+    Always,
+}
+
+/// Settings of the Docker executor; `Default` is what `runner-cli` uses
+/// without flags.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    /// Memory limit in bytes (`--memory`); no swap beyond it.
+    pub memory: Option<i64>,
+    /// CPU limit (`--cpus`).
+    pub cpus: Option<f64>,
+    /// Network mode (`--network`); `None` is the engine's default.
+    pub network: Option<String>,
+    /// User the steps run as (`--user`).
+    pub user: Option<String>,
+    /// When to pull (`--pull`).
+    pub pull: PullPolicy,
+    /// Added to the run timeout for the container's expiry label, after
+    /// which cleanup may remove it.
+    pub expiry_grace: Duration,
+    /// Caps on what `/outputs` may bring back.
+    pub unpack_limits: UnpackLimits,
+}
+
+impl Default for DockerOptions {
+    fn default() -> Self {
+        DockerOptions {
+            memory: None,
+            cpus: None,
+            network: None,
+            user: None,
+            pull: PullPolicy::Missing,
+            expiry_grace: Duration::from_secs(300),
+            unpack_limits: UnpackLimits::default(),
+        }
+    }
+}
+
+impl DockerExecutor {
+    /// Connects to the engine as the docker CLI does (`DOCKER_HOST`, else
+    /// `/var/run/docker.sock`); an engine that does not answer is an error
+    /// naming where it looked.
+    pub async fn connect(options: DockerOptions) -> Result<Self, ExecutorError> {
+        let engine = BollardEngine::connect().await?;
+        Ok(Self::with_engine(Arc::new(engine), options))
+    }
+
+    /// An executor that prints the container config and every engine call
+    /// to `out`, and contacts nothing.
+    pub fn dry_run(options: DockerOptions, out: impl std::io::Write + Send + 'static) -> Self {
+        Self::with_engine(Arc::new(DryRunEngine::new(out)), options)
+    }
+}

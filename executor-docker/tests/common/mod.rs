@@ -1,0 +1,30 @@
+//! The engine and image the Docker tests use, as scripts/prepare-engine.sh left them.
+
+#![allow(dead_code)]
+
+use executor_docker::{DockerExecutor, DockerOptions, PullPolicy};
+
+/// The local busybox image `scripts/prepare-engine.sh` imports.
+pub fn image() -> String {
+    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
+}
+
+/// Options for tests: no pulling (no registry is reachable) and no network
+/// (steps need none, and the default bridge needs iptables, which podman
+/// machines may lack).
+pub fn options() -> DockerOptions {
+    DockerOptions {
+        pull: PullPolicy::Never,
+        network: Some("none".into()),
+        ..DockerOptions::default()
+    }
+}
+
+/// An executor on the test engine; fails the test with the reason when
+/// there is none (run `eval "$(scripts/prepare-engine.sh)"` first).
+pub async fn executor(options: DockerOptions) -> DockerExecutor {
+    match DockerExecutor::connect(options).await {
+        Ok(e) => e,
+        Err(err) => panic!("{err}\nrun `eval \"$(scripts/prepare-engine.sh)\"` first"),
+    }
+}
