@@ -100,25 +100,7 @@ impl Engine for BollardEngine {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            cmd: Some(spec.cmd.clone()),
-            labels: Some(spec.labels.clone()),
-            user: spec.user.clone(),
-            working_dir: Some(spec.working_dir.clone()),
-            host_config: Some(HostConfig {
-                memory: spec.memory,
-                // No swap beyond the memory limit, so the limit is the limit.
-                memory_swap: spec.memory,
-                nano_cpus: spec.nano_cpus,
-                network_mode: spec.network_mode.clone(),
-                security_opt: Some(spec.security_opt.clone()),
-                privileged: Some(false),
-                init: Some(true),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let body = create_body(spec);
         let options = CreateContainerOptions {
             name: Some(spec.name.clone()),
             ..Default::default()
@@ -284,6 +266,30 @@ impl Engine for BollardEngine {
                 })
             })
             .collect())
+    }
+}
+
+/// The body of `POST /containers/create` for `spec`, exactly as sent.
+pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: Some(spec.cmd.clone()),
+        labels: Some(spec.labels.clone()),
+        user: spec.user.clone(),
+        working_dir: Some(spec.working_dir.clone()),
+        host_config: Some(HostConfig {
+            memory: spec.memory,
+            // No swap beyond the memory limit, so the limit is the limit.
+            memory_swap: spec.memory,
+            nano_cpus: spec.nano_cpus,
+            network_mode: spec.network_mode.clone(),
+            security_opt: Some(spec.security_opt.clone()),
+            privileged: Some(false),
+            // A minimal init reaps what steps leave behind.
+            init: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 

@@ -49,7 +49,8 @@ impl Engine for DryRunEngine {
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
         self.say(format!("POST /containers/create?name={}", spec.name));
-        let json = serde_json::to_string_pretty(spec).unwrap_or_default();
+        let json = serde_json::to_string_pretty(&crate::bollard_engine::create_body(spec))
+            .unwrap_or_default();
         self.say(json);
         Ok(DRY_ID.to_string())
     }

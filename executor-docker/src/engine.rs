@@ -13,14 +13,11 @@ use bytes::Bytes;
 use executor_core::tar::PackStream;
 use executor_core::ExecutorError;
 use futures_util::stream::BoxStream;
-use serde::Serialize;
 
 /// The container a run gets, as the engine is asked to create it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSpec {
     /// Container name.
-    #[serde(skip)]
     pub name: String,
     /// Image reference.
     pub image: String,
@@ -29,18 +26,14 @@ pub struct ContainerSpec {
     /// Labels, including the runner, run and expiry labels.
     pub labels: HashMap<String, String>,
     /// `--user`, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Working folder of the container's main process.
     pub working_dir: String,
     /// Memory limit in bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<i64>,
     /// CPU limit in units of 10^-9 CPUs.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub nano_cpus: Option<i64>,
     /// Network mode; `None` leaves the engine's default.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub network_mode: Option<String>,
     /// Security options, always including `no-new-privileges`.
     pub security_opt: Vec<String>,

@@ -32,6 +32,8 @@ pub struct DockerExecutor {
     options: DockerOptions,
     /// Containers of runs this executor is running now: cleanup spares them.
     live: Mutex<HashSet<String>>,
+    /// OOM kills counted so far per container, to tell a new one.
+    oom_kills: Mutex<HashMap<String, u64>>,
 }
 
 impl DockerExecutor {
@@ -41,6 +43,7 @@ impl DockerExecutor {
             engine,
             options,
             live: Mutex::new(HashSet::new()),
+            oom_kills: Mutex::new(HashMap::new()),
         }
     }
 
@@ -93,7 +96,9 @@ impl DockerExecutor {
                 "while :; do sleep 3600; done".into(),
             ],
             labels,
-            user: self.options.user.clone(),
+            // The keep-alive runs as the image's user; only steps run as
+            // --user, so the runner's own root execs keep their capabilities.
+            user: None,
             working_dir: "/".into(),
             memory: self.options.memory,
             nano_cpus: self.options.cpus.map(|c| (c * 1e9) as i64),
@@ -159,8 +164,14 @@ impl DockerExecutor {
         Ok(())
     }
 
-    /// Runs a runner-internal command as root, failing with its output.
-    async fn exec_as_root(&self, id: &str, script: &str, what: &str) -> Result<(), ExecutorError> {
+    /// Runs a runner-internal command as root, failing with its output;
+    /// returns the first 4 KiB of its output.
+    async fn exec_as_root(
+        &self,
+        id: &str,
+        script: &str,
+        what: &str,
+    ) -> Result<String, ExecutorError> {
         let exec = ExecSpec {
             cmd: vec!["sh".into(), "-c".into(), script.into()],
             env: Vec::new(),
@@ -177,7 +188,7 @@ impl DockerExecutor {
             }
         }
         match self.settled(&exec_id).await?.exit_code {
-            Some(0) => Ok(()),
+            Some(0) => Ok(String::from_utf8_lossy(&said).into_owned()),
             Some(code) => Err(ExecutorError::backend(
                 what,
                 format!("exit {code}: {}", String::from_utf8_lossy(&said).trim()),
@@ -221,6 +232,34 @@ impl DockerExecutor {
         }
     }
 
+    /// Whether the container still runs commands. A container being killed
+    /// from outside may still be inspected as running for a moment after its
+    /// processes died; an exec tells for sure.
+    async fn answers(&self, id: &str) -> bool {
+        self.exec_as_root(id, "true", "probing the container")
+            .await
+            .is_ok()
+    }
+
+    /// Whether the container's memory cgroup counted an OOM kill since the
+    /// last look. Docker sets `OOMKilled` only when the container's main
+    /// process dies of it, not an exec's, so the kernel's counter decides.
+    async fn new_oom_kill(&self, id: &str) -> bool {
+        let script = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; true";
+        let Ok(text) = self.exec_as_root(id, script, "reading OOM counters").await else {
+            return false;
+        };
+        let count = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("oom_kill "))
+            .filter_map(|n| n.trim().parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        let mut seen = self.oom_kills.lock().unwrap_or_else(|p| p.into_inner());
+        let before = seen.insert(id.to_string(), count).unwrap_or(0);
+        count > before
+    }
+
     /// What a missing or 137 exit code means, from the container's state.
     async fn explain(&self, id: &str, code: Option<i64>) -> Result<Option<String>, ExecutorError> {
         let state = self.engine.inspect(id).await?;
@@ -230,7 +269,12 @@ impl DockerExecutor {
                 if state.exists { "stopped" } else { "removed" }
             )));
         }
-        if state.oom_killed && code == Some(137) {
+        if code == Some(137) && !state.oom_killed && !self.answers(id).await {
+            return Err(ExecutorError::EnvironmentLost(format!(
+                "container {id} was killed while the step ran"
+            )));
+        }
+        if code == Some(137) && (state.oom_killed || self.new_oom_kill(id).await) {
             let limit = self
                 .options
                 .memory
@@ -383,6 +427,10 @@ impl Executor for DockerExecutor {
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         self.engine.remove(&run.id).await?;
         self.live().remove(&run.id);
+        self.oom_kills
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&run.id);
         Ok(())
     }
 
@@ -442,3 +490,7 @@ fn random_suffix() -> String {
 pub(crate) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;

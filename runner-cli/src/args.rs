@@ -115,6 +115,54 @@ pub struct RunArgs {
     /// Folder for the shell executor's run folders.
     #[arg(long, env = "RUNNER_SHELL_ROOT")]
     pub shell_root: Option<PathBuf>,
+    #[command(flatten)]
+    pub docker: DockerArgs,
+}
+
+/// Flags of the docker executor.
+#[derive(Debug, Args, Default)]
+pub struct DockerArgs {
+    /// Memory limit of the container: bytes, or with k, m, g (512m, 2g).
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory: Option<i64>,
+    /// CPU limit of the container, e.g. 1.5.
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Network of the container (default: the engine's default).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// User the steps run as, e.g. 1000:1000.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// When to pull the image.
+    #[arg(long, value_enum, default_value = "missing")]
+    pub pull: Pull,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Pull {
+    /// Never pull: a missing image is an error.
+    Never,
+    /// Pull only when the engine lacks the image.
+    #[default]
+    Missing,
+    /// Pull before every run.
+    Always,
+}
+
+/// `1048576`, `512k`, `512m`, `2g`.
+pub fn parse_bytes(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not a size: use bytes or a number with k, m or g (512m, 2g)");
+    let lower = text.trim().to_ascii_lowercase();
+    let lower = lower.strip_suffix('b').unwrap_or(&lower);
+    let (digits, scale) = match lower.chars().last() {
+        Some('k') => (&lower[..lower.len() - 1], 1i64 << 10),
+        Some('m') => (&lower[..lower.len() - 1], 1 << 20),
+        Some('g') => (&lower[..lower.len() - 1], 1 << 30),
+        _ => (lower, 1),
+    };
+    let n: i64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(scale).filter(|v| *v > 0).ok_or_else(bad)
 }
 
 #[derive(Debug, Args)]
@@ -185,5 +233,9 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("m").is_err());
+        assert_eq!(parse_bytes("512m"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        assert!(parse_bytes("lots").is_err());
     }
 }

@@ -10,8 +10,9 @@ use executor_core::{
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use crate::args::DockerArgs;
 use crate::args::{CleanupArgs, ExecutorKind, RunArgs};
-use crate::backends::{self, BackendOptions};
+use crate::backends::{self, BackendOptions, BuildError};
 use crate::{EXIT_INFRA, EXIT_INPUT};
 
 /// Runs and returns the process exit code.
@@ -22,25 +23,29 @@ pub async fn run(args: RunArgs) -> i32 {
         Err(err) => {
             eprintln!("runner-cli: {err:#}");
             if !args.dry_run {
-                write_input_error(&args, started_at, &format!("{err:#}"));
+                write_unstarted_result(&args, started_at, &format!("{err:#}"));
             }
             return EXIT_INPUT;
         }
     };
-    let executor = match backends::build(
-        args.executor,
-        &BackendOptions {
-            shell_root: args.shell_root.clone(),
-            dry_run: args.dry_run,
-        },
-    ) {
+    let options = BackendOptions {
+        shell_root: args.shell_root.clone(),
+        docker: &args.docker,
+        dry_run: args.dry_run,
+    };
+    let executor = match backends::build(args.executor, &options).await {
         Ok(executor) => executor,
-        Err(err) => {
+        Err(BuildError::Input(err)) => {
             eprintln!("runner-cli: {err:#}");
             if !args.dry_run {
-                write_input_error(&args, started_at, &format!("{err:#}"));
+                write_unstarted_result(&args, started_at, &format!("{err:#}"));
             }
             return EXIT_INPUT;
+        }
+        Err(BuildError::Infrastructure(err)) => {
+            eprintln!("runner-cli: {err:#}");
+            write_unstarted_result(&args, started_at, &format!("{err:#}"));
+            return EXIT_INFRA;
         }
     };
     let log = if args.dry_run {
@@ -53,7 +58,7 @@ pub async fn run(args: RunArgs) -> i32 {
             Err(err) => {
                 let msg = format!("cannot write the run log {}: {err}", args.log);
                 eprintln!("runner-cli: {msg}");
-                write_input_error(&args, started_at, &msg);
+                write_unstarted_result(&args, started_at, &msg);
                 return EXIT_INPUT;
             }
         }
@@ -130,8 +135,8 @@ fn check_dir(path: &Path, flag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The result of a run that never started because of bad input.
-fn write_input_error(args: &RunArgs, started_at: OffsetDateTime, error: &str) {
+/// The result of a run that never started: bad input, or no engine to start it on.
+fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &str) {
     let steps = read_steps_file(&args.steps_file)
         .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
         .unwrap_or_default();
@@ -174,17 +179,21 @@ async fn cancel_on_signal(cancel: CancellationToken) {
 
 /// Runs `cleanup` and returns the exit code.
 pub async fn cleanup(args: CleanupArgs) -> i32 {
-    let executor = match backends::build(
-        args.executor,
-        &BackendOptions {
-            shell_root: args.shell_root.clone(),
-            dry_run: false,
-        },
-    ) {
+    let docker = DockerArgs::default();
+    let options = BackendOptions {
+        shell_root: args.shell_root.clone(),
+        docker: &docker,
+        dry_run: false,
+    };
+    let executor = match backends::build(args.executor, &options).await {
         Ok(e) => e,
-        Err(err) => {
+        Err(BuildError::Input(err)) => {
             eprintln!("runner-cli: {err:#}");
             return EXIT_INPUT;
+        }
+        Err(BuildError::Infrastructure(err)) => {
+            eprintln!("runner-cli: {err:#}");
+            return EXIT_INFRA;
         }
     };
     if !args.runner.starts_with("did:") {

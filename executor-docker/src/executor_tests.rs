@@ -1,0 +1,167 @@
+//! The executor over a mocked engine seam: paths a real engine rarely shows.
+
+use std::sync::Arc;
+
+use executor_core::{
+    CommandOutcome, Executor, ExecutorError, RunHandle, RunLog, RunSpec, StepCommand,
+};
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::DockerExecutor;
+use crate::engine::{ContainerState, ExecState, MockEngine};
+use crate::DockerOptions;
+
+fn step() -> StepCommand {
+    StepCommand {
+        name: "s".into(),
+        script: "echo hi".into(),
+        env: vec![("SECRET".into(), "v".into())],
+    }
+}
+
+fn with_exec(mock: &mut MockEngine, state: ExecState) {
+    mock.expect_exec_create()
+        .returning(|_, _| Ok("exec-1".into()));
+    mock.expect_exec_start().returning(|_| {
+        Ok(futures_util::stream::iter([Ok(bytes::Bytes::from_static(b"hi\n"))]).boxed())
+    });
+    mock.expect_exec_inspect().returning(move |_| Ok(state));
+}
+
+#[tokio::test]
+async fn a_missing_exit_code_is_lost_status_never_success() {
+    let mut mock = MockEngine::new();
+    with_exec(
+        &mut mock,
+        ExecState {
+            running: false,
+            exit_code: None,
+        },
+    );
+    mock.expect_inspect().returning(|_| {
+        Ok(ContainerState {
+            exists: true,
+            running: true,
+            oom_killed: false,
+        })
+    });
+    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
+    let err = executor
+        .command(
+            &RunHandle::in_container("c"),
+            &step(),
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::LostExitStatus { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn exit_codes_pass_through_and_the_step_runs_in_work_dir_with_its_env() {
+    let mut mock = MockEngine::new();
+    mock.expect_exec_create()
+        .withf(|id, exec| {
+            id == "c"
+                && exec.working_dir == "/work"
+                && exec.cmd[..2] == ["sh".to_string(), "-c".to_string()]
+                && exec.cmd.last().map(String::as_str) == Some("echo hi")
+                && exec.env == [("SECRET".to_string(), "v".to_string())]
+        })
+        .returning(|_, _| Ok("exec-1".into()));
+    mock.expect_exec_start()
+        .returning(|_| Ok(futures_util::stream::empty().boxed()));
+    mock.expect_exec_inspect().returning(|_| {
+        Ok(ExecState {
+            running: false,
+            exit_code: Some(42),
+        })
+    });
+    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
+    let outcome = executor
+        .command(
+            &RunHandle::in_container("c"),
+            &step(),
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommandOutcome::exited(42));
+}
+
+#[tokio::test]
+async fn a_failed_upload_removes_the_container_it_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut mock = MockEngine::new();
+    mock.expect_image_present().returning(|_| Ok(true));
+    mock.expect_create()
+        .times(1)
+        .returning(|_| Ok("c-new".into()));
+    mock.expect_start().returning(|_| Ok(()));
+    with_exec(
+        &mut mock,
+        ExecState {
+            running: false,
+            exit_code: Some(0),
+        },
+    );
+    mock.expect_upload()
+        .returning(|_, _, _, _| Err(ExecutorError::backend("copying into /work", "disk full")));
+    mock.expect_remove()
+        .withf(|id| id == "c-new")
+        .times(1)
+        .returning(|_| Ok(()));
+    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
+    let spec = RunSpec::new("r", "did:plc:r", dir.path(), dir.path()).image("img");
+    let err = executor
+        .start(&spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("disk full"), "{err}");
+}
+
+#[tokio::test]
+async fn an_interrupted_step_is_killed_inside_the_container() {
+    let mut mock = MockEngine::new();
+    let mut seq = mockall::Sequence::new();
+    mock.expect_exec_create()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok("step-exec".into()));
+    mock.expect_exec_start()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(futures_util::stream::pending().boxed()));
+    // The kill: a root exec reading the step's pid file.
+    mock.expect_exec_create()
+        .withf(|_, exec| exec.user.as_deref() == Some("0") && exec.cmd[2].contains("kill -KILL"))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok("kill-exec".into()));
+    mock.expect_exec_start()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(futures_util::stream::empty().boxed()));
+    mock.expect_exec_inspect().returning(|_| {
+        Ok(ExecState {
+            running: false,
+            exit_code: Some(0),
+        })
+    });
+    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
+    let token = CancellationToken::new();
+    token.cancel();
+    let outcome = executor
+        .command(
+            &RunHandle::in_container("c"),
+            &step(),
+            &RunLog::discard(),
+            token,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommandOutcome::Interrupted);
+}

@@ -1,0 +1,302 @@
+//! Faults and bad input on the real engine, each with its own test.
+
+mod common;
+
+use std::sync::Arc;
+
+use executor_conformance::fixture::{
+    assert_valid_result, run_to_end, run_watched, Fixture, WatchedLog,
+};
+use executor_conformance::Backend;
+use executor_core::labels::{label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY};
+use executor_core::{CleanupScope, Executor, RunLog, RunStatus, Step, StepStatus};
+use executor_docker::engine::{ContainerSpec, Engine};
+use executor_docker::{BollardEngine, DockerExecutor, DockerOptions};
+use tokio_util::sync::CancellationToken;
+
+struct Docker(DockerExecutor);
+
+#[async_trait::async_trait]
+impl Backend for Docker {
+    fn executor(&self) -> &dyn Executor {
+        &self.0
+    }
+    fn image(&self) -> Option<String> {
+        Some(common::image())
+    }
+    async fn leftovers(&self, runner: &str) -> Vec<String> {
+        self.0
+            .leftovers(runner)
+            .await
+            .unwrap_or_else(|e| vec![e.to_string()])
+    }
+}
+
+async fn docker_with(options: DockerOptions) -> Docker {
+    Docker(common::executor(options).await)
+}
+
+async fn engine() -> BollardEngine {
+    BollardEngine::connect()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn missing_image_with_pull_never_is_a_clear_fast_error() {
+    let backend = docker_with(common::options()).await;
+    let fx = Fixture::new("noimage");
+    let mut spec = fx
+        .spec(&backend, "no-image")
+        .step(Step::new("never", "true"));
+    spec.image = Some("knotless-no-such-image:nope".into());
+    let (result, _) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Error);
+    let error = result.error.unwrap_or_default();
+    assert!(
+        error.contains("knotless-no-such-image:nope is not on the engine"),
+        "{error}"
+    );
+    assert!(error.contains("--pull never"), "{error}");
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+#[tokio::test]
+async fn container_removed_from_outside_mid_step_is_an_error_not_a_hang() {
+    let backend = docker_with(common::options()).await;
+    let fx = Fixture::new("killed");
+    let spec = fx
+        .spec(&backend, "killed")
+        .step(Step::new("victim", "echo kill-me-now; exec sleep 600"))
+        .step(Step::new("after", "true"));
+    let log = WatchedLog::default();
+    let killer = async {
+        log.wait_for("kill-me-now").await;
+        let ids = backend.0.leftovers(&fx.runner).await.unwrap();
+        assert_eq!(ids.len(), 1);
+        engine().await.remove(&ids[0]).await.unwrap();
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        killer
+    );
+    assert_eq!(result.status, RunStatus::Error, "{}", log.text());
+    assert_eq!(result.steps[0].status, StepStatus::Error);
+    assert_eq!(result.steps[1].status, StepStatus::Skipped);
+    let error = result.steps[0].error.clone().unwrap_or_default();
+    assert!(error.contains("environment lost"), "{error}");
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+#[tokio::test]
+async fn oom_kill_is_reported_as_such() {
+    let backend = docker_with(DockerOptions {
+        memory: Some(32 << 20),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("oom");
+    let spec = fx.spec(&backend, "oom").step(Step::new(
+        "hog",
+        r#"x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived"#,
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Failed, "{}", log.text());
+    assert_eq!(result.steps[0].exit_code, Some(137));
+    let error = result.steps[0].error.clone().unwrap_or_default();
+    assert!(error.starts_with("OOMKilled"), "{error}");
+    assert!(error.contains("32 MiB"), "{error}");
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+#[tokio::test]
+async fn hostile_outputs_are_refused() {
+    for (evil, expect) in [
+        (
+            "ln -s /etc/passwd \"$OUTPUTS_DIR/passwd\"",
+            "symlink to absolute path",
+        ),
+        (
+            "ln -s ../../../../../tmp \"$OUTPUTS_DIR/up\"",
+            "points outside",
+        ),
+        ("mkfifo \"$OUTPUTS_DIR/pipe\"", "fifo"),
+    ] {
+        let backend = docker_with(common::options()).await;
+        let fx = Fixture::new("hostile");
+        let spec = fx.spec(&backend, "hostile").step(Step::new("evil", evil));
+        let (result, _) = run_to_end(&backend, &spec).await;
+        assert_eq!(result.status, RunStatus::Error, "{evil}");
+        let error = result.error.unwrap_or_default();
+        assert!(error.contains(expect), "{evil}: {error}");
+        assert!(error.starts_with("outputs: refused tar entry"), "{error}");
+        // Nothing but the outputs folder itself was touched.
+        assert!(std::fs::read_dir(fx.outputs()).unwrap().all(|e| {
+            let p = e.unwrap().path();
+            std::fs::symlink_metadata(&p)
+                .map(|m| !m.file_type().is_symlink())
+                .unwrap_or(true)
+        }));
+        assert!(backend.leftovers(&fx.runner).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_killed_runners_container_is_removed_by_the_next_cleanup_and_no_other() {
+    let fx = Fixture::new("crashed");
+    let other = Fixture::new("bystander");
+    // A runner that starts a run and dies before stopping it.
+    let crashed = docker_with(common::options()).await;
+    let spec = fx.spec(&crashed, "crashed").step(Step::new("x", "true"));
+    let handle = crashed
+        .0
+        .start(&spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+    drop(crashed);
+    // Another runner's live run, which must survive.
+    let bystander = docker_with(common::options()).await;
+    let other_spec = other.spec(&bystander, "bystander");
+    let other_handle = bystander
+        .0
+        .start(&other_spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+
+    let next = docker_with(common::options()).await;
+    // Not expired yet: the default cleanup leaves it.
+    let report = next
+        .0
+        .cleanup(&fx.runner, CleanupScope::Expired)
+        .await
+        .unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    // --force removes it, and only it.
+    let report = next.0.cleanup(&fx.runner, CleanupScope::All).await.unwrap();
+    assert_eq!(report.removed, vec![handle.id.clone()]);
+    assert!(next.leftovers(&fx.runner).await.is_empty());
+    assert_eq!(
+        next.leftovers(&other.runner).await,
+        vec![other_handle.id.clone()]
+    );
+    bystander.0.stop(&other_handle).await.unwrap();
+}
+
+#[tokio::test]
+async fn expired_containers_are_removed_by_the_default_cleanup() {
+    let fx = Fixture::new("expired");
+    let engine = engine().await;
+    let labels = [
+        (RUNNER_LABEL, label_value(&fx.runner)),
+        (RUNNER_RAW_KEY, fx.runner.clone()),
+        (EXPIRES_KEY, "1".to_string()),
+    ];
+    let spec = ContainerSpec {
+        name: format!("knotless-expired-{}", std::process::id()),
+        image: common::image(),
+        cmd: vec!["sleep".into(), "600".into()],
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        user: None,
+        working_dir: "/".into(),
+        memory: None,
+        nano_cpus: None,
+        network_mode: Some("none".into()),
+        security_opt: vec![],
+    };
+    let id = engine.create(&spec).await.unwrap();
+    let executor = DockerExecutor::with_engine(Arc::new(engine), common::options());
+    let report = executor
+        .cleanup(&fx.runner, CleanupScope::Expired)
+        .await
+        .unwrap();
+    assert_eq!(report.removed, vec![id]);
+    assert!(executor.leftovers(&fx.runner).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn steps_run_unprivileged_as_the_chosen_user() {
+    let backend = docker_with(DockerOptions {
+        user: Some("65534:65534".into()),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("user");
+    std::fs::write(fx.checkout().join("in.txt"), "x").unwrap();
+    let spec = fx.spec(&backend, "user").step(Step::new(
+        "whoami",
+        r#"[ "$(id -u)" = 65534 ]
+           grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status
+           echo more >> in.txt && touch "$OUTPUTS_DIR/made-by-user"
+           echo user-ok"#,
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(fx.outputs().join("made-by-user").exists());
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_background_process_does_not_hold_the_step() {
+    let backend = docker_with(common::options()).await;
+    let fx = Fixture::new("background");
+    let spec = fx
+        .spec(&backend, "background")
+        .step(Step::new("spawn", "sleep 600 & echo spawned"))
+        .step(Step::new("next", "echo next-ran"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("next-ran"));
+    assert_valid_result(&result);
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_interrupted_step_leaves_no_process_behind() {
+    let backend = docker_with(common::options()).await;
+    let fx = Fixture::new("killtree");
+    let spec = fx.spec(&backend, "kill-tree");
+    let executor = &backend.0;
+    let handle = executor
+        .start(&spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+    let step = |script: &str| executor_core::StepCommand {
+        name: "s".into(),
+        script: script.into(),
+        env: handle.standard_env(),
+    };
+    // A step with a child and a grandchild, interrupted while they run.
+    let log = WatchedLog::default();
+    let token = CancellationToken::new();
+    let run_log = log.run_log();
+    let tree = step("sh -c 'sleep 600 & echo $! > /work/grandchild; wait' & echo $! > /work/child; echo tree-up; wait");
+    let interrupted = executor.command(&handle, &tree, &run_log, token.clone());
+    let interrupt = async {
+        log.wait_for("tree-up").await;
+        token.cancel();
+    };
+    let (outcome, ()) = tokio::join!(interrupted, interrupt);
+    assert_eq!(outcome.unwrap(), executor_core::CommandOutcome::Interrupted);
+    // Every process of the tree is gone (zombies reaped by the init count as gone).
+    let check = step(
+        r#"for f in child grandchild; do
+             p=$(cat /work/$f)
+             if [ -e /proc/$p/stat ] && ! grep -q ') Z' /proc/$p/stat; then echo "$f $p alive"; exit 1; fi
+           done"#,
+    );
+    let outcome = executor
+        .command(
+            &handle,
+            &check,
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, executor_core::CommandOutcome::exited(0));
+    executor.stop(&handle).await.unwrap();
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}

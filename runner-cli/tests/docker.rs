@@ -1,0 +1,172 @@
+//! runner-cli on the Docker executor: the README's example, an unreachable
+//! engine, a runner killed mid-run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use executor_conformance::fixture::assert_valid_result;
+use executor_core::RunResult;
+
+fn image() -> String {
+    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn cli() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_runner-cli"))
+}
+
+fn result(path: &Path) -> RunResult {
+    let r: RunResult = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_valid_result(&r);
+    r
+}
+
+#[test]
+fn the_example_runs_on_docker_as_the_readme_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli()
+        .args([
+            "run",
+            "--executor",
+            "docker",
+            "--image",
+            &image(),
+            "--pull",
+            "never",
+        ])
+        .args([
+            "--network",
+            "none",
+            "--name",
+            "example",
+            "--runner",
+            "did:plc:example-docker",
+        ])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .arg("--outputs")
+        .arg(dir.path().join("out"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = result(&dir.path().join("result.json"));
+    assert_eq!(r.executor, "docker");
+    assert!(r
+        .outputs
+        .iter()
+        .any(|o| o.path == "badge.png" && o.media_type == "image/png"));
+}
+
+#[test]
+fn an_unreachable_engine_is_exit_3_naming_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "a\ttrue\n").unwrap();
+    let sock = dir.path().join("no-engine.sock");
+    let out = cli()
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .args([
+            "run",
+            "--executor",
+            "docker",
+            "--image",
+            "x",
+            "--name",
+            "n",
+            "--runner",
+            "did:plc:n",
+        ])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "no Docker engine answers at unix://{}",
+            sock.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        result(&dir.path().join("result.json")).status,
+        executor_core::RunStatus::Error
+    );
+}
+
+#[test]
+fn a_runner_killed_mid_run_leaves_a_container_the_next_cleanup_removes() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = format!("did:plc:killed-{}", std::process::id());
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "wait\techo runner-is-busy; exec sleep 600\n").unwrap();
+    let mut child = cli()
+        .args([
+            "run",
+            "--executor",
+            "docker",
+            "--image",
+            &image(),
+            "--pull",
+            "never",
+            "--network",
+            "none",
+        ])
+        .args(["--name", "killed", "--runner", &runner, "--log", "-"])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("runner-is-busy") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0);
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to stop its container
+    child.wait().unwrap();
+
+    let cleanup = |force: bool| {
+        let mut cmd = cli();
+        cmd.args(["cleanup", "--executor", "docker", "--runner", &runner]);
+        if force {
+            cmd.arg("--force");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        cleanup(false).contains("0 removed"),
+        "the run has not expired yet"
+    );
+    assert!(cleanup(true).contains("1 removed"));
+    assert!(cleanup(true).contains("0 removed"));
+}
