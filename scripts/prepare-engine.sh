@@ -5,7 +5,7 @@
 #   eval "$(scripts/prepare-engine.sh)"
 #
 # Uses the Docker engine at $DOCKER_HOST or /var/run/docker.sock when one
-# answers; otherwise installs Debian's podman and serves its Docker API on a
+# answers (unless KNOTLESS_ENGINE=podman); otherwise installs Debian's podman and serves its Docker API on a
 # socket of its own. No registry is reachable here, so the image is built
 # from Debian's busybox-static: /bin/busybox, its applet links, /etc/passwd
 # and /tmp, imported as $KNOTLESS_TEST_IMAGE (default knotless-busybox:local).
@@ -37,12 +37,16 @@ engine_answers() {
 
 command -v curl >/dev/null || apt_install curl ca-certificates
 
+# KNOTLESS_ENGINE=podman skips an existing Docker engine, to test on podman.
+WANT="${KNOTLESS_ENGINE:-auto}"
 HOST=""
 ENGINE=""
-if [ -n "${DOCKER_HOST:-}" ] && engine_answers "$DOCKER_HOST"; then
-  HOST="$DOCKER_HOST"
-elif engine_answers unix:///var/run/docker.sock; then
-  HOST="unix:///var/run/docker.sock"
+if [ "$WANT" != podman ]; then
+  if [ -n "${DOCKER_HOST:-}" ] && engine_answers "$DOCKER_HOST"; then
+    HOST="$DOCKER_HOST"
+  elif engine_answers unix:///var/run/docker.sock; then
+    HOST="unix:///var/run/docker.sock"
+  fi
 fi
 
 if [ -n "$HOST" ]; then
@@ -102,9 +106,16 @@ if ! image_present; then
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$ROOTFS/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$ROOTFS/etc/group"
   say "importing $IMAGE from busybox-static"
-  tar -C "$ROOTFS" -cf - . | curl -fsS --unix-socket "$SOCK" -X POST \
+  imported="$(tar -C "$ROOTFS" -cf - . | curl -fsS --unix-socket "$SOCK" -X POST \
     -H 'Content-Type: application/x-tar' --data-binary @- \
-    "http://d/images/create?fromSrc=-&repo=${IMAGE%:*}&tag=${IMAGE##*:}&changes=ENV%20PATH%3D%2Fbin" >/dev/null
+    "http://d/images/create?fromSrc=-&repo=${IMAGE%:*}&tag=${IMAGE##*:}&changes=ENV%20PATH%3D%2Fbin")"
+  if ! image_present; then
+    # podman's import ignores the tag: tag the imported image by its id.
+    id="$(printf '%s' "$imported" | grep -o 'sha256:[0-9a-f]\{64\}' | tail -n 1)"
+    [ -n "$id" ] || die "the engine's import answer names no image: $imported"
+    curl -fsS --unix-socket "$SOCK" -X POST \
+      "http://d/images/$id/tag?repo=${IMAGE%:*}&tag=${IMAGE##*:}" >/dev/null
+  fi
   image_present || die "the image $IMAGE is not on the engine after import"
 fi
 
