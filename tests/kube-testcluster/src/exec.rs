@@ -1,0 +1,290 @@
+//! `pods/exec` over WebSocket, with the `v5.channel.k8s.io` and
+//! `v4.channel.k8s.io` subprotocols, backed by an exec in the pod's container.
+
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use futures_util::{SinkExt, StreamExt};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::faults::Faults;
+use crate::kubelet::Kubelet;
+
+/// The exec subprotocols the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `v4.channel.k8s.io`: no way to close stdin alone.
+    V4,
+    /// `v5.channel.k8s.io`: channel 255 closes a stream.
+    V5,
+}
+
+impl Protocol {
+    /// The header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::V4 => "v4.channel.k8s.io",
+            Protocol::V5 => "v5.channel.k8s.io",
+        }
+    }
+}
+
+/// Picks the subprotocol from the client's offer, most preferred first by
+/// the server: v5 unless `v4_only`. `Err` carries the 403 message.
+pub fn negotiate(offer: &str, v4_only: bool) -> Result<Protocol, String> {
+    let offered: Vec<&str> = offer.split(',').map(str::trim).collect();
+    if !v4_only && offered.contains(&Protocol::V5.as_str()) {
+        return Ok(Protocol::V5);
+    }
+    if offered.contains(&Protocol::V4.as_str()) {
+        return Ok(Protocol::V4);
+    }
+    Err(format!(
+        "unable to upgrade: no supported subprotocol in {offer:?}; this server speaks {}",
+        if v4_only {
+            "v4.channel.k8s.io"
+        } else {
+            "v5.channel.k8s.io, v4.channel.k8s.io"
+        }
+    ))
+}
+
+/// What the exec request asked for.
+#[derive(Debug, Clone, Default)]
+pub struct ExecParams {
+    /// argv.
+    pub command: Vec<String>,
+    /// Attach stdin.
+    pub stdin: bool,
+    /// Attach stdout.
+    pub stdout: bool,
+    /// Attach stderr.
+    pub stderr: bool,
+}
+
+impl ExecParams {
+    /// From the query string.
+    pub fn parse(query: &str) -> Self {
+        let mut p = ExecParams::default();
+        for (k, v) in form_pairs(query) {
+            match k.as_str() {
+                "command" => p.command.push(v),
+                "stdin" => p.stdin = v == "true" || v == "1",
+                "stdout" => p.stdout = v == "true" || v == "1",
+                "stderr" => p.stderr = v == "true" || v == "1",
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// Decodes `a=1&b=x%20y` pairs.
+pub fn form_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn status_success() -> Vec<u8> {
+    json!({"metadata": {}, "status": "Success"})
+        .to_string()
+        .into_bytes()
+}
+
+fn status_failure(command: &[String], code: i64) -> Vec<u8> {
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("command terminated with non-zero exit code: error executing command [{}], exit code {code}", command.join(" ")),
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn status_error(message: &str) -> Vec<u8> {
+    json!({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError", "code": 500})
+        .to_string()
+        .into_bytes()
+}
+
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(channel);
+    v.extend_from_slice(data);
+    Message::binary(v)
+}
+
+/// Serves one exec on an upgraded connection.
+pub async fn serve(
+    upgraded: Upgraded,
+    protocol: Protocol,
+    kubelet: &Kubelet,
+    faults: &Faults,
+    container: Option<String>,
+    params: ExecParams,
+) {
+    let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+    let Some(container) = container else {
+        let _ = ws
+            .send(frame(
+                3,
+                &status_error("container not found (the pod is not running)"),
+            ))
+            .await;
+        let _ = ws.close(None).await;
+        return;
+    };
+    let options = CreateExecOptions {
+        cmd: Some(params.command.clone()),
+        attach_stdin: Some(params.stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        ..Default::default()
+    };
+    let started = match kubelet.docker.create_exec(&container, options).await {
+        Ok(exec) => kubelet
+            .docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map(|r| (exec.id, r)),
+        Err(e) => Err(e),
+    };
+    let (exec_id, mut output, mut input) = match started {
+        Ok((id, StartExecResults::Attached { output, input })) => (id, output, Some(input)),
+        Ok((_, StartExecResults::Detached)) | Err(_) => {
+            let msg = "container not running: cannot exec";
+            let _ = ws.send(frame(3, &status_error(msg))).await;
+            let _ = ws.close(None).await;
+            return;
+        }
+    };
+    if !params.stdin {
+        if let Some(mut i) = input.take() {
+            let _ = i.shutdown().await;
+        }
+    }
+    let cut = faults.take_exec_cut();
+    let idle = faults.idle_timeout();
+    let mut idle_deadline = idle.map(|d| tokio::time::Instant::now() + d);
+    loop {
+        let idle_wait = async {
+            match idle_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            msg = ws.next() => {
+                idle_deadline = idle.map(|d| tokio::time::Instant::now() + d);
+                match msg {
+                    Some(Ok(Message::Binary(data))) if !data.is_empty() => match data[0] {
+                        0 => if let Some(i) = input.as_mut() {
+                            if i.write_all(&data[1..]).await.is_err() { input = None; }
+                        },
+                        255 if protocol == Protocol::V5 && data.get(1) == Some(&0) => {
+                            if let Some(mut i) = input.take() { let _ = i.shutdown().await; }
+                        }
+                        _ => {}
+                    },
+                    Some(Ok(Message::Ping(p))) => { let _ = ws.send(Message::Pong(p)).await; }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                        // The client went away: the exec's result has nowhere to go.
+                        return;
+                    }
+                    Some(Ok(_)) => {}
+                }
+            }
+            chunk = output.next() => {
+                idle_deadline = idle.map(|d| tokio::time::Instant::now() + d);
+                match chunk {
+                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
+                        if ws.send(frame(1, &message)).await.is_err() { return; }
+                        if cut { return; }
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => {
+                        if ws.send(frame(2, &message)).await.is_err() { return; }
+                        if cut { return; }
+                    }
+                    Some(Ok(LogOutput::StdIn { .. })) => {}
+                    Some(Err(_)) | None => break,
+                }
+            }
+            _ = idle_wait => {
+                // An idle connection dropped, as a load balancer would: no close frame.
+                return;
+            }
+        }
+    }
+    let mut status = None;
+    for _ in 0..200 {
+        match kubelet.docker.inspect_exec(&exec_id).await {
+            Ok(s) if s.running != Some(true) => {
+                status = s.exit_code;
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(_) => break,
+        }
+    }
+    let body = match status {
+        Some(0) => status_success(),
+        Some(code) => status_failure(&params.command, code),
+        None => status_error("exec ended without an exit code: the container is gone"),
+    };
+    let _ = ws.send(frame(3, &body)).await;
+    let _ = ws
+        .close(Some(CloseFrame {
+            code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+            reason: "".into(),
+        }))
+        .await;
+}

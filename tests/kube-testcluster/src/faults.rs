@@ -1,0 +1,106 @@
+//! Faults a test asks for, consulted by the server and the kubelet.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How a pod fails to get its image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImagePullFault {
+    /// `ErrImagePull`, then `ImagePullBackOff`.
+    BackOff,
+    /// `InvalidImageName`.
+    InvalidName,
+}
+
+/// What can happen to a running pod on request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodFault {
+    /// The container is killed and reported `OOMKilled` (exit 137).
+    OomKill,
+    /// The pod is evicted: phase Failed, reason Evicted.
+    Evict,
+    /// The pod is deleted, as by `kubectl delete pod`.
+    Delete,
+}
+
+/// A request fault: answer `status` to the next `times` requests whose
+/// method is `method` and whose path contains `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestFault {
+    /// HTTP method, e.g. `POST`.
+    pub method: String,
+    /// A substring of the path.
+    pub path: String,
+    /// The status to answer, e.g. 500 or 429.
+    pub status: u16,
+    /// How many requests to fail.
+    pub times: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pending_for: Option<Duration>,
+    unschedulable: bool,
+    image_pull: Option<ImagePullFault>,
+    requests: Vec<RequestFault>,
+    cut_exec_after_output: bool,
+    idle_ws_timeout: Option<Duration>,
+}
+
+/// The faults in force; every setter applies to what happens next.
+#[derive(Debug, Default)]
+pub struct Faults(Mutex<State>);
+
+impl Faults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// New pods stay Pending (Unschedulable, as while a node is rented) this long.
+    pub fn pending_for(&self, d: Duration) {
+        self.lock().pending_for = Some(d);
+    }
+    /// New pods never schedule.
+    pub fn unschedulable(&self, on: bool) {
+        self.lock().unschedulable = on;
+    }
+    /// New pods fail to pull their image.
+    pub fn image_pull(&self, fault: Option<ImagePullFault>) {
+        self.lock().image_pull = fault;
+    }
+    /// Fail matching requests.
+    pub fn fail_requests(&self, method: &str, path: &str, status: u16, times: u32) {
+        self.lock().requests.push(RequestFault {
+            method: method.into(),
+            path: path.into(),
+            status,
+            times,
+        });
+    }
+    /// The next exec that produces output has its stream cut right after.
+    pub fn cut_next_exec(&self) {
+        self.lock().cut_exec_after_output = true;
+    }
+    /// WebSockets idle for this long are dropped.
+    pub fn idle_websocket_timeout(&self, d: Option<Duration>) {
+        self.lock().idle_ws_timeout = d;
+    }
+
+    pub(crate) fn scheduling(&self) -> (Option<Duration>, bool, Option<ImagePullFault>) {
+        let s = self.lock();
+        (s.pending_for, s.unschedulable, s.image_pull)
+    }
+    pub(crate) fn take_request_fault(&self, method: &str, path: &str) -> Option<u16> {
+        let mut s = self.lock();
+        let fault = s.requests.iter_mut().find(|f| {
+            f.times > 0 && f.method.eq_ignore_ascii_case(method) && path.contains(&f.path)
+        })?;
+        fault.times -= 1;
+        Some(fault.status)
+    }
+    pub(crate) fn take_exec_cut(&self) -> bool {
+        std::mem::take(&mut self.lock().cut_exec_after_output)
+    }
+    pub(crate) fn idle_timeout(&self) -> Option<Duration> {
+        self.lock().idle_ws_timeout
+    }
+}

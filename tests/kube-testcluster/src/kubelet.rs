@@ -1,0 +1,607 @@
+//! A kubelet whose pods are real containers in the Docker-compatible engine
+//! the Docker backend's tests use.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use crate::faults::{Faults, ImagePullFault, PodFault};
+use crate::store::{timestamp, Kind, Store};
+
+/// Label on every container of one test cluster.
+pub const CLUSTER_LABEL: &str = "dev.knotless.testcluster";
+/// The one node's name.
+pub const NODE: &str = "knotless-test-node";
+
+/// Runs pods as containers.
+pub struct Kubelet {
+    pub(crate) docker: Docker,
+    cluster_id: String,
+    store: Arc<Store>,
+    faults: Arc<Faults>,
+    network: Option<String>,
+    containers: Mutex<HashMap<(String, String), String>>,
+}
+
+fn condition(kind: &str, status: bool, reason: Option<&str>, message: Option<&str>) -> Value {
+    let mut c = json!({
+        "type": kind,
+        "status": if status { "True" } else { "False" },
+        "lastProbeTime": null,
+        "lastTransitionTime": timestamp(),
+    });
+    if let Some(r) = reason {
+        c["reason"] = json!(r);
+    }
+    if let Some(m) = message {
+        c["message"] = json!(m);
+    }
+    c
+}
+
+/// Bytes of a Kubernetes quantity such as `64Mi`, `1G`, `500000`.
+pub fn parse_quantity(q: &str) -> Option<i64> {
+    let units = [
+        ("Ki", 1i64 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    for (suffix, scale) in units {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<f64>().ok().map(|n| (n * scale as f64) as i64);
+        }
+    }
+    q.parse::<f64>().ok().map(|n| n as i64)
+}
+
+impl Kubelet {
+    pub(crate) fn new(
+        docker: Docker,
+        cluster_id: String,
+        store: Arc<Store>,
+        faults: Arc<Faults>,
+        network: Option<String>,
+    ) -> Self {
+        Kubelet {
+            docker,
+            cluster_id,
+            store,
+            faults,
+            network,
+            containers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn containers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
+        self.containers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The container id of a running pod.
+    pub fn container_of(&self, ns: &str, name: &str) -> Option<String> {
+        self.containers()
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Records an event about a pod.
+    pub fn event(&self, pod: &Value, kind: &str, reason: &str, message: &str, component: &str) {
+        let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let event = json!({
+            "metadata": {"name": format!("{name}.{:016x}", crate::tls::random_u64())},
+            "involvedObject": {
+                "kind": "Pod", "namespace": ns, "name": name, "apiVersion": "v1",
+                "uid": pod["metadata"]["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": component, "host": NODE},
+            "firstTimestamp": timestamp(),
+            "lastTimestamp": timestamp(),
+            "count": 1,
+            "reportingComponent": component,
+        });
+        let _ = self.store.create(Kind::Event, ns, event);
+    }
+
+    fn set_status(&self, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> Option<Value> {
+        self.store
+            .update(Kind::Pod, ns, name, |pod| f(&mut pod["status"]))
+    }
+
+    fn deleting(&self, ns: &str, name: &str) -> bool {
+        self.store
+            .get(Kind::Pod, ns, name)
+            .is_none_or(|p| p["metadata"].get("deletionTimestamp").is_some())
+    }
+
+    /// Starts the pod's life in the background.
+    pub fn spawn_pod(self: &Arc<Self>, ns: String, name: String) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(err) = me.run_pod(&ns, &name).await {
+                tracing::warn!(%err, pod = %name, "test kubelet: pod failed to start");
+            }
+        });
+    }
+
+    async fn run_pod(&self, ns: &str, name: &str) -> Result<(), String> {
+        let pod = self.store.get(Kind::Pod, ns, name).ok_or("pod vanished")?;
+        let (pending, unschedulable, pull_fault) = self.faults.scheduling();
+        if unschedulable || pending.is_some() {
+            let message = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.";
+            self.set_status(ns, name, |s| {
+                s["phase"] = json!("Pending");
+                s["conditions"] = json!([condition(
+                    "PodScheduled",
+                    false,
+                    Some("Unschedulable"),
+                    Some(message)
+                )]);
+            });
+            self.event(
+                &pod,
+                "Warning",
+                "FailedScheduling",
+                message,
+                "default-scheduler",
+            );
+            if unschedulable {
+                return Ok(());
+            }
+            self.event(
+                &pod,
+                "Normal",
+                "TriggeredScaleUp",
+                "pod triggered scale-up: [{knotless-pool 0->1 (max: 3)}]",
+                "cluster-autoscaler",
+            );
+            if let Some(d) = pending {
+                // The simulated node rental: the pod waits as it would for a new node.
+                tokio::time::sleep(d).await;
+            }
+            if self.deleting(ns, name) {
+                return Ok(());
+            }
+        }
+        let spec = pod["spec"].clone();
+        self.set_status(ns, name, |s| {
+            s["phase"] = json!("Pending");
+            s["conditions"] = json!([condition("PodScheduled", true, None, None)]);
+            s["hostIP"] = json!("127.0.0.1");
+        });
+        self.store
+            .update(Kind::Pod, ns, name, |p| p["spec"]["nodeName"] = json!(NODE));
+        self.event(
+            &pod,
+            "Normal",
+            "Scheduled",
+            &format!("Successfully assigned {ns}/{name} to {NODE}"),
+            "default-scheduler",
+        );
+
+        let container = &spec["containers"][0];
+        let cname = container["name"].as_str().unwrap_or("main").to_string();
+        let image = container["image"].as_str().unwrap_or_default().to_string();
+        let waiting = |reason: &str, message: &str| {
+            let (reason, message, cname, image) = (
+                reason.to_string(),
+                message.to_string(),
+                cname.clone(),
+                image.clone(),
+            );
+            move |s: &mut Value| {
+                s["containerStatuses"] = json!([{
+                    "name": cname, "image": image, "imageID": "", "ready": false, "restartCount": 0, "started": false,
+                    "state": {"waiting": {"reason": reason, "message": message}},
+                }]);
+            }
+        };
+        let image_ok = !image.is_empty()
+            && !image.contains(char::is_whitespace)
+            && !image.contains(char::is_uppercase);
+        if pull_fault == Some(ImagePullFault::InvalidName) || !image_ok {
+            let msg = format!("Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: invalid reference format");
+            self.set_status(ns, name, waiting("InvalidImageName", &msg));
+            self.event(&pod, "Warning", "InspectFailed", &msg, "kubelet");
+            return Ok(());
+        }
+        let present = self.docker.inspect_image(&image).await.is_ok();
+        if pull_fault == Some(ImagePullFault::BackOff) || !present {
+            let msg = format!("Failed to pull image {image:?}: rpc error: code = NotFound desc = failed to pull and unpack image {image:?}: not found");
+            self.set_status(ns, name, waiting("ErrImagePull", &msg));
+            self.event(&pod, "Warning", "Failed", &msg, "kubelet");
+            self.set_status(
+                ns,
+                name,
+                waiting(
+                    "ImagePullBackOff",
+                    &format!("Back-off pulling image {image:?}"),
+                ),
+            );
+            self.event(
+                &pod,
+                "Normal",
+                "BackOff",
+                &format!("Back-off pulling image {image:?}"),
+                "kubelet",
+            );
+            return Ok(());
+        }
+        self.set_status(ns, name, waiting("ContainerCreating", ""));
+        self.event(
+            &pod,
+            "Normal",
+            "Pulled",
+            &format!("Container image {image:?} already present on machine"),
+            "kubelet",
+        );
+
+        let env = match self.resolve_env(ns, container) {
+            Ok(env) => env,
+            Err(msg) => {
+                self.set_status(ns, name, waiting("CreateContainerConfigError", &msg));
+                self.event(
+                    &pod,
+                    "Warning",
+                    "Failed",
+                    &format!("Error: {msg}"),
+                    "kubelet",
+                );
+                return Ok(());
+            }
+        };
+        let id = self
+            .create_container(ns, name, &spec, container, env)
+            .await
+            .map_err(|e| {
+                let msg = e.to_string();
+                self.set_status(ns, name, waiting("CreateContainerError", &msg));
+                msg
+            })?;
+        self.containers()
+            .insert((ns.to_string(), name.to_string()), id.clone());
+        if self.deleting(ns, name) {
+            self.remove_container(&id).await;
+            return Ok(());
+        }
+        self.event(
+            &pod,
+            "Normal",
+            "Created",
+            &format!("Created container {cname}"),
+            "kubelet",
+        );
+        if let Err(e) = self.docker.start_container(&id, None).await {
+            self.set_status(ns, name, waiting("RunContainerError", &e.to_string()));
+            return Ok(());
+        }
+        let started = timestamp();
+        self.set_status(ns, name, |s| {
+            s["phase"] = json!("Running");
+            s["startTime"] = json!(started);
+            s["podIP"] = json!("10.42.0.7");
+            s["qosClass"] = json!("BestEffort");
+            s["conditions"] = json!([
+                condition("PodReadyToStartContainers", true, None, None),
+                condition("Initialized", true, None, None),
+                condition("Ready", true, None, None),
+                condition("ContainersReady", true, None, None),
+                condition("PodScheduled", true, None, None),
+            ]);
+            s["containerStatuses"] = json!([{
+                "name": cname, "image": image, "imageID": format!("docker-pullable://{image}"),
+                "containerID": format!("docker://{id}"), "ready": true, "restartCount": 0, "started": true,
+                "state": {"running": {"startedAt": started}},
+            }]);
+        });
+        self.event(
+            &pod,
+            "Normal",
+            "Started",
+            &format!("Started container {cname}"),
+            "kubelet",
+        );
+
+        // Watch the container until it ends.
+        let code = match self.docker.wait_container(&id, None).next().await {
+            Some(Ok(r)) => r.status_code,
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            _ => 137,
+        };
+        let faulted = self.store.get(Kind::Pod, ns, name).is_some_and(|p| {
+            p["metadata"]["annotations"]
+                .get("knotless.test/fault")
+                .is_some()
+        });
+        if self.deleting(ns, name) || faulted {
+            return Ok(());
+        }
+        let oom = self
+            .docker
+            .inspect_container(&id, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.oom_killed)
+            .unwrap_or(false);
+        self.terminated(
+            ns,
+            name,
+            code,
+            if oom {
+                "OOMKilled"
+            } else if code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            },
+            None,
+        );
+        Ok(())
+    }
+
+    /// Records the pod's container as terminated and the pod as finished.
+    fn terminated(
+        &self,
+        ns: &str,
+        name: &str,
+        code: i64,
+        reason: &str,
+        pod_reason: Option<(&str, &str)>,
+    ) {
+        let Some(pod) = self.set_status(ns, name, |s| {
+            s["phase"] = json!(if code == 0 { "Succeeded" } else { "Failed" });
+            if let Some((r, m)) = pod_reason {
+                s["reason"] = json!(r);
+                s["message"] = json!(m);
+            }
+            if let Some(conds) = s["conditions"].as_array_mut() {
+                for c in conds.iter_mut().filter(|c| c["type"] == "Ready" || c["type"] == "ContainersReady") {
+                    c["status"] = json!("False");
+                    c["reason"] = json!("PodCompleted");
+                }
+            }
+            if let Some(cs) = s["containerStatuses"].get_mut(0) {
+                let started = cs["state"]["running"]["startedAt"].clone();
+                cs["ready"] = json!(false);
+                cs["started"] = json!(false);
+                cs["state"] = json!({"terminated": {
+                    "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": timestamp(),
+                    "containerID": cs["containerID"].clone(),
+                }});
+            }
+        }) else {
+            return;
+        };
+        crate::jobs::pod_finished(&self.store, &pod, code == 0);
+    }
+
+    fn resolve_env(&self, ns: &str, container: &Value) -> Result<Vec<String>, String> {
+        let secret = |name: &str| -> Result<Value, String> {
+            self.store
+                .get(Kind::Secret, ns, name)
+                .ok_or_else(|| format!("secret \"{name}\" not found"))
+        };
+        let decode = |v: &Value| -> String {
+            v.as_str()
+                .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        };
+        let mut env = Vec::new();
+        for from in container["envFrom"].as_array().into_iter().flatten() {
+            if let Some(name) = from["secretRef"]["name"].as_str() {
+                let prefix = from["prefix"].as_str().unwrap_or_default();
+                match secret(name) {
+                    Ok(s) => {
+                        for (k, v) in s["data"].as_object().into_iter().flatten() {
+                            env.push(format!("{prefix}{k}={}", decode(v)));
+                        }
+                        for (k, v) in s["stringData"].as_object().into_iter().flatten() {
+                            env.push(format!("{prefix}{k}={}", v.as_str().unwrap_or_default()));
+                        }
+                    }
+                    Err(e) if from["secretRef"]["optional"] == true => drop(e),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        for var in container["env"].as_array().into_iter().flatten() {
+            let name = var["name"].as_str().unwrap_or_default();
+            if let Some(v) = var["value"].as_str() {
+                env.push(format!("{name}={v}"));
+            } else if let Some(r) = var["valueFrom"]["secretKeyRef"].as_object() {
+                let sname = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                let key = r.get("key").and_then(Value::as_str).unwrap_or_default();
+                match secret(sname) {
+                    Ok(s) => match s["data"].get(key) {
+                        Some(v) => env.push(format!("{name}={}", decode(v))),
+                        None if r.get("optional") == Some(&json!(true)) => {}
+                        None => {
+                            return Err(format!("couldn't find key {key} in Secret {ns}/{sname}"))
+                        }
+                    },
+                    Err(_) if r.get("optional") == Some(&json!(true)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(env)
+    }
+
+    async fn create_container(
+        &self,
+        ns: &str,
+        name: &str,
+        spec: &Value,
+        container: &Value,
+        env: Vec<String>,
+    ) -> Result<String, bollard::errors::Error> {
+        let strings = |v: &Value| -> Option<Vec<String>> {
+            v.as_array().map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+        };
+        let empty_dirs: Vec<&str> = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v.get("emptyDir").is_some())
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        let mounts: Vec<Mount> = container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["name"].as_str().is_some_and(|n| empty_dirs.contains(&n)))
+            .filter_map(|m| m["mountPath"].as_str())
+            .map(|path| Mount {
+                target: Some(path.to_string()),
+                typ: Some(MountType::VOLUME),
+                ..Default::default()
+            })
+            .collect();
+        let memory = container["resources"]["limits"]["memory"]
+            .as_str()
+            .and_then(parse_quantity);
+        let no_escalation = container["securityContext"]["allowPrivilegeEscalation"] == false;
+        let labels = HashMap::from([
+            (CLUSTER_LABEL.to_string(), self.cluster_id.clone()),
+            (
+                "dev.knotless.testcluster.pod".to_string(),
+                format!("{ns}/{name}"),
+            ),
+        ]);
+        let body = ContainerCreateBody {
+            image: container["image"].as_str().map(str::to_string),
+            entrypoint: strings(&container["command"]),
+            cmd: strings(&container["args"]),
+            env: Some(env),
+            working_dir: container["workingDir"].as_str().map(str::to_string),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                mounts: Some(mounts),
+                memory,
+                memory_swap: memory,
+                network_mode: self.network.clone(),
+                security_opt: no_escalation.then(|| vec!["no-new-privileges".to_string()]),
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(format!(
+                "k8s_{}_{}_{}",
+                container["name"].as_str().unwrap_or("main"),
+                name,
+                ns
+            )),
+            ..Default::default()
+        };
+        Ok(self.docker.create_container(Some(options), body).await?.id)
+    }
+
+    async fn remove_container(&self, id: &str) {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        if let Err(err) = self.docker.remove_container(id, Some(options)).await {
+            tracing::debug!(%err, "test kubelet: removing a container");
+        }
+    }
+
+    /// Deletes a pod as the API server and kubelet do together: mark it,
+    /// kill its container, then remove the object.
+    pub async fn delete_pod(&self, ns: &str, name: &str) {
+        self.store.update(Kind::Pod, ns, name, |p| {
+            p["metadata"]["deletionTimestamp"] = json!(timestamp());
+            p["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        });
+        let id = self
+            .containers()
+            .remove(&(ns.to_string(), name.to_string()));
+        if let Some(id) = id {
+            self.remove_container(&id).await;
+        }
+        self.store.remove(Kind::Pod, ns, name);
+    }
+
+    /// Makes something happen to a running pod.
+    pub async fn fault(&self, ns: &str, name: &str, fault: PodFault) {
+        match fault {
+            PodFault::Delete => self.delete_pod(ns, name).await,
+            PodFault::OomKill | PodFault::Evict => {
+                let id = self
+                    .containers()
+                    .get(&(ns.to_string(), name.to_string()))
+                    .cloned();
+                // Mark first, so the container's exit is not reported as a plain error.
+                let (reason, pod_reason) = match fault {
+                    PodFault::OomKill => ("OOMKilled", None),
+                    _ => ("Error", Some(("Evicted", "The node was low on resource: memory. Threshold quantity: 100Mi, available: 12Mi."))),
+                };
+                self.store.update(Kind::Pod, ns, name, |p| {
+                    p["metadata"]["annotations"]["knotless.test/fault"] = json!(reason);
+                });
+                if let Some(id) = &id {
+                    let _ = self
+                        .docker
+                        .kill_container(id, None::<bollard::query_parameters::KillContainerOptions>)
+                        .await;
+                }
+                self.terminated(ns, name, 137, reason, pod_reason);
+                if fault == PodFault::Evict {
+                    if let Some(pod) = self.store.get(Kind::Pod, ns, name) {
+                        self.event(
+                            &pod,
+                            "Warning",
+                            "Evicted",
+                            "The node was low on resource: memory.",
+                            "kubelet",
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes every container of this cluster.
+    pub async fn shutdown(&self) {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{CLUSTER_LABEL}={}", self.cluster_id)],
+        )]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        if let Ok(found) = self.docker.list_containers(Some(options)).await {
+            for c in found {
+                if let Some(id) = c.id {
+                    self.remove_container(&id).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! A Kubernetes API server for tests that speaks the real wire protocol.
+//!
+//! No Kubernetes cluster runs on the machines this project is tested on, so
+//! the Kubernetes backend is tested against this: HTTPS on 127.0.0.1 with a
+//! CA of its own that asks for a client certificate (or a bearer token),
+//! discovery, `batch/v1` Jobs, `v1` Pods, Secrets and Events with list and
+//! watch, `pods/exec` over WebSocket (`v5.channel.k8s.io` and
+//! `v4.channel.k8s.io`), and a kubelet whose pods are real containers in the
+//! Docker-compatible engine the Docker backend's tests use. Faults are
+//! injected on demand, and every request is recorded. It is proven against
+//! the real `kubectl` in its own tests.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_testcluster::Error> {
+//! let cluster = kube_testcluster::TestCluster::start(Default::default()).await?;
+//! println!("KUBECONFIG={}", cluster.kubeconfig().display());
+//! cluster.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod api;
+pub mod exec;
+pub mod faults;
+mod jobs;
+mod kubelet;
+mod selectors;
+mod server;
+pub mod status;
+pub mod store;
+pub mod tls;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bollard::Docker;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use exec::Protocol;
+pub use faults::{Faults, ImagePullFault, PodFault};
+pub use kubelet::{parse_quantity, CLUSTER_LABEL, NODE};
+pub use server::{AuthMode, Recorded};
+pub use tls::KubeconfigAuth;
+
+use server::Shared;
+use store::{Kind, Store};
+
+/// Why the cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Certificates could not be made or loaded.
+    #[error("test cluster TLS: {0}")]
+    Tls(String),
+    /// A file could not be written.
+    #[error("test cluster: writing {0}: {1}")]
+    Io(String, #[source] std::io::Error),
+    /// The container engine is not reachable.
+    #[error(
+        "test cluster: no container engine for its kubelet ({0}); run scripts/prepare-engine.sh"
+    )]
+    Engine(String),
+}
+
+/// How to start a cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    /// Client certificate (default) or token.
+    pub auth: AuthMode,
+    /// Refuse `v5.channel.k8s.io` with 403, as servers before 1.30 do.
+    pub v4_only: bool,
+    /// Network mode of pod containers; `None` is `none` (pods here need no network).
+    pub pod_network: Option<String>,
+    /// Namespace written into the kubeconfig; default `default`.
+    pub namespace: Option<String>,
+}
+
+/// A running test cluster; [`shutdown`](TestCluster::shutdown) removes its containers.
+pub struct TestCluster {
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    creds: tls::Credentials,
+    url: String,
+}
+
+impl TestCluster {
+    /// Starts a cluster on a free loopback port and writes its kubeconfig.
+    pub async fn start(options: ClusterOptions) -> Result<Self, Error> {
+        let creds = tls::Credentials::generate()?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(creds.server_config()?);
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| Error::Io("a loopback listener".into(), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Io("a loopback listener".into(), e))?;
+        let url = format!("https://{addr}");
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| Error::Engine(e.to_string()))?
+            .negotiate_version()
+            .await
+            .map_err(|e| Error::Engine(e.to_string()))?;
+        let cluster_id = format!("{:012x}", tls::random_u64() & 0xffff_ffff_ffff);
+        let store = Arc::new(Store::default());
+        let faults = Arc::new(Faults::default());
+        let network = Some(options.pod_network.clone().unwrap_or_else(|| "none".into()));
+        let kubelet = Arc::new(kubelet::Kubelet::new(
+            docker,
+            cluster_id,
+            store.clone(),
+            faults.clone(),
+            network,
+        ));
+        let shared = Arc::new(Shared {
+            store,
+            kubelet,
+            faults,
+            v4_only: options.v4_only,
+            address: addr.to_string(),
+            auth: options.auth,
+            token: creds.token.clone(),
+            requests: Mutex::new(Vec::new()),
+            protocols: Mutex::new(Vec::new()),
+        });
+        let server = tokio::spawn(server::serve(listener, acceptor, shared.clone()));
+        let dir = tempfile::Builder::new()
+            .prefix("knotless-testcluster-")
+            .tempdir()
+            .map_err(|e| Error::Io("a temp folder".into(), e))?;
+        let namespace = options.namespace.as_deref().unwrap_or("default");
+        let auth = match options.auth {
+            AuthMode::ClientCertificate => KubeconfigAuth::ClientCert,
+            AuthMode::Token => KubeconfigAuth::Token,
+        };
+        let kubeconfig =
+            tls::write_kubeconfig(dir.path(), "kubeconfig", &url, &creds, auth, namespace)?;
+        Ok(TestCluster {
+            shared,
+            server,
+            dir,
+            kubeconfig,
+            creds,
+            url,
+        })
+    }
+
+    /// The kubeconfig with working credentials.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Writes another kubeconfig for this cluster with other credentials.
+    pub fn kubeconfig_with(&self, auth: KubeconfigAuth) -> Result<PathBuf, Error> {
+        let file = format!("kubeconfig-{auth:?}").to_lowercase();
+        tls::write_kubeconfig(
+            self.dir.path(),
+            &file,
+            &self.url,
+            &self.creds,
+            auth,
+            "default",
+        )
+    }
+
+    /// The server URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The cluster CA, client certificate and key, as PEM files in the
+    /// cluster's folder: `(ca, cert, key)`.
+    pub fn credential_files(&self) -> Result<(PathBuf, PathBuf, PathBuf), Error> {
+        let write = |name: &str, text: &str| {
+            let p = self.dir.path().join(name);
+            std::fs::write(&p, text)
+                .map(|_| p.clone())
+                .map_err(|e| Error::Io(p.display().to_string(), e))
+        };
+        Ok((
+            write("ca.crt", &self.creds.ca.cert)?,
+            write("client.crt", &self.creds.client.cert)?,
+            write("client.key", &self.creds.client.key)?,
+        ))
+    }
+
+    /// Faults to inject from now on.
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// The exec subprotocol of every exec so far.
+    pub fn exec_protocols(&self) -> Vec<Protocol> {
+        self.shared
+            .protocols
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Names of the pods in `ns` now.
+    pub fn pods(&self, ns: &str) -> Vec<String> {
+        self.names(Kind::Pod, ns)
+    }
+
+    /// Names of the Jobs in `ns` now.
+    pub fn jobs(&self, ns: &str) -> Vec<String> {
+        self.names(Kind::Job, ns)
+    }
+
+    /// Names of the Secrets in `ns` now.
+    pub fn secrets(&self, ns: &str) -> Vec<String> {
+        self.names(Kind::Secret, ns)
+    }
+
+    fn names(&self, kind: Kind, ns: &str) -> Vec<String> {
+        let (items, _) = self.shared.store.list(kind, Some(ns), &Default::default());
+        items
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Makes something happen to a running pod (OOM kill, eviction, deletion).
+    pub async fn pod_fault(&self, ns: &str, pod: &str, fault: PodFault) {
+        self.shared.kubelet.fault(ns, pod, fault).await;
+    }
+
+    /// Stops serving and removes every container the cluster started.
+    pub async fn shutdown(self) {
+        self.server.abort();
+        self.shared.kubelet.shutdown().await;
+    }
+}

@@ -1,0 +1,292 @@
+//! The test cluster driven by the real kubectl, a client nobody here wrote.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use kube_testcluster::{ClusterOptions, KubeconfigAuth, TestCluster};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+fn image() -> String {
+    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
+}
+
+fn kubectl_bin() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn kubectl(cluster: &TestCluster, args: &[&str], stdin: Option<Vec<u8>>) -> Out {
+    kubectl_with(cluster.kubeconfig(), args, stdin).await
+}
+
+async fn kubectl_with(kubeconfig: &std::path::Path, args: &[&str], stdin: Option<Vec<u8>>) -> Out {
+    let mut cmd = Command::new(kubectl_bin());
+    cmd.env("KUBECONFIG", kubeconfig)
+        .env("HOME", std::env::temp_dir())
+        .arg("--request-timeout=60s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run kubectl: {e}"));
+    if let Some(data) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        tokio::spawn(async move {
+            let _ = pipe.write_all(&data).await;
+            let _ = pipe.shutdown().await;
+        });
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("kubectl hung")
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn job_manifest(name: &str) -> String {
+    format!(
+        r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  labels:
+    app: kubectl-proof
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels:
+        app: kubectl-proof
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: {image}
+        command: ["sh", "-c", "while :; do sleep 3600; done"]
+        volumeMounts:
+        - name: work
+          mountPath: /work
+      volumes:
+      - name: work
+        emptyDir: {{}}
+"#,
+        image = image()
+    )
+}
+
+/// A tar with one file, `hello.txt`.
+fn tar_with_hello() -> Vec<u8> {
+    let mut h = [0u8; 512];
+    let data = b"hello through kubectl\n";
+    h[..9].copy_from_slice(b"hello.txt");
+    h[100..107].copy_from_slice(b"0000644");
+    h[108..115].copy_from_slice(b"0000000");
+    h[116..123].copy_from_slice(b"0000000");
+    h[124..135].copy_from_slice(format!("{:011o}", data.len()).as_bytes());
+    h[136..147].copy_from_slice(b"00000000000");
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let mut out = h.to_vec();
+    out.extend_from_slice(data);
+    out.resize(1024, 0);
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drives_the_cluster_end_to_end() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+
+    let empty = kubectl(
+        &cluster,
+        &["get", "jobs,pods", "-l", "app=kubectl-proof"],
+        None,
+    )
+    .await;
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert!(
+        empty.stderr.contains("No resources found"),
+        "{}{}",
+        empty.stdout,
+        empty.stderr
+    );
+
+    let manifest = std::env::temp_dir().join(format!("kubectl-proof-{}.yaml", std::process::id()));
+    std::fs::write(&manifest, job_manifest("proof")).unwrap();
+    let created = kubectl(
+        &cluster,
+        &["create", "-f", manifest.to_str().unwrap()],
+        None,
+    )
+    .await;
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    assert!(
+        created.stdout.contains("job.batch/proof created"),
+        "{}",
+        created.stdout
+    );
+
+    let again = kubectl(
+        &cluster,
+        &["create", "-f", manifest.to_str().unwrap()],
+        None,
+    )
+    .await;
+    assert_ne!(again.code, 0);
+    assert!(
+        again.stderr.contains("AlreadyExists") || again.stderr.contains("already exists"),
+        "{}",
+        again.stderr
+    );
+
+    let ready = kubectl(
+        &cluster,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod",
+            "-l",
+            "job-name=proof",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(ready.code, 0, "{}{}", ready.stdout, ready.stderr);
+    let pods = cluster.pods("default");
+    assert_eq!(pods.len(), 1);
+    let pod = pods[0].clone();
+
+    let listed = kubectl(
+        &cluster,
+        &["get", "jobs,pods", "-l", "app=kubectl-proof", "-o", "name"],
+        None,
+    )
+    .await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains("job.batch/proof"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed.stdout.contains(&format!("pod/{pod}")),
+        "{}",
+        listed.stdout
+    );
+
+    let exec = kubectl(
+        &cluster,
+        &["exec", &pod, "--", "sh", "-c", "echo hi; exit 3"],
+        None,
+    )
+    .await;
+    assert_eq!(exec.code, 3, "{}{}", exec.stdout, exec.stderr);
+    assert_eq!(exec.stdout, "hi\n");
+
+    let untar = kubectl(
+        &cluster,
+        &["exec", "-i", &pod, "--", "tar", "x", "-C", "/work"],
+        Some(tar_with_hello()),
+    )
+    .await;
+    assert_eq!(untar.code, 0, "{}{}", untar.stdout, untar.stderr);
+    let cat = kubectl(
+        &cluster,
+        &["exec", &pod, "--", "cat", "/work/hello.txt"],
+        None,
+    )
+    .await;
+    assert_eq!(cat.stdout, "hello through kubectl\n", "{}", cat.stderr);
+
+    // Watch the pods while the Job is deleted in the foreground.
+    let mut watch = Command::new(kubectl_bin())
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("HOME", std::env::temp_dir())
+        .args([
+            "get",
+            "pods",
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "jsonpath={.type} {.object.metadata.name}{\"\\n\"}",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    // The watch has started once it lists the pod.
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_or_default();
+    assert!(first.contains(&pod), "{first}");
+    let deleted = kubectl(
+        &cluster,
+        &["delete", "job", "proof", "--cascade=foreground"],
+        None,
+    )
+    .await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    let mut seen = vec![first.clone()];
+    let saw_delete = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line.clone());
+            if line.contains("DELETED") && line.contains(&pod) {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    let _ = watch.kill().await;
+    assert!(
+        saw_delete,
+        "kubectl get pods --watch never saw the pod go: {seen:?}"
+    );
+    assert!(cluster.pods("default").is_empty());
+    assert!(cluster.jobs("default").is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_without_the_client_certificate_is_refused() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    for auth in [KubeconfigAuth::BadToken, KubeconfigAuth::StrangerCert] {
+        let kubeconfig = cluster.kubeconfig_with(auth).unwrap();
+        let out = kubectl_with(&kubeconfig, &["get", "pods"], None).await;
+        assert_ne!(out.code, 0, "{auth:?} was let in");
+        assert!(
+            out.stderr.contains("must be logged in")
+                || out.stderr.contains("certificate")
+                || out.stderr.contains("tls"),
+            "{auth:?}: {}",
+            out.stderr
+        );
+    }
+    assert!(cluster.requests().iter().all(|r| !r.authenticated));
+    cluster.shutdown().await;
+}
