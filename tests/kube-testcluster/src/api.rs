@@ -59,11 +59,11 @@ fn parse_route(path: &str) -> Option<Route> {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
         _ => (None, rest),
     };
-    let kind = match rest.first()? {
-        &"jobs" if batch => Kind::Job,
-        &"pods" if !batch => Kind::Pod,
-        &"secrets" if !batch => Kind::Secret,
-        &"events" if !batch => Kind::Event,
+    let kind = match *rest.first()? {
+        "jobs" if batch => Kind::Job,
+        "pods" if !batch => Kind::Pod,
+        "secrets" if !batch => Kind::Secret,
+        "events" if !batch => Kind::Event,
         _ => return None,
     };
     Some(Route {

@@ -29,6 +29,8 @@ pub struct Kubelet {
     faults: Arc<Faults>,
     network: Option<String>,
     containers: Mutex<HashMap<(String, String), String>>,
+    tasks: tokio_util::task::TaskTracker,
+    closing: tokio_util::sync::CancellationToken,
 }
 
 fn condition(kind: &str, status: bool, reason: Option<&str>, message: Option<&str>) -> Value {
@@ -82,6 +84,8 @@ impl Kubelet {
             faults,
             network,
             containers: Mutex::new(HashMap::new()),
+            tasks: tokio_util::task::TaskTracker::new(),
+            closing: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -132,7 +136,9 @@ impl Kubelet {
     /// Starts the pod's life in the background.
     pub fn spawn_pod(self: &Arc<Self>, ns: String, name: String) {
         let me = self.clone();
-        tokio::spawn(async move {
+        // Not cancelled from outside: an engine call dropped midway would
+        // still create its container. The pod's own waits watch `closing`.
+        self.tasks.spawn(async move {
             if let Err(err) = me.run_pod(&ns, &name).await {
                 tracing::warn!(%err, pod = %name, "test kubelet: pod failed to start");
             }
@@ -172,7 +178,10 @@ impl Kubelet {
             );
             if let Some(d) = pending {
                 // The simulated node rental: the pod waits as it would for a new node.
-                tokio::time::sleep(d).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = self.closing.cancelled() => return Ok(()),
+                }
             }
             if self.deleting(ns, name) {
                 return Ok(());
@@ -318,7 +327,12 @@ impl Kubelet {
         );
 
         // Watch the container until it ends.
-        let code = match self.docker.wait_container(&id, None).next().await {
+        let mut wait = self.docker.wait_container(&id, None);
+        let waited = tokio::select! {
+            w = wait.next() => w,
+            _ = self.closing.cancelled() => return Ok(()),
+        };
+        let code = match waited {
             Some(Ok(r)) => r.status_code,
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
             _ => 137,
@@ -585,22 +599,39 @@ impl Kubelet {
         }
     }
 
-    /// Removes every container of this cluster.
+    /// Stops every pod task, then removes every container of this cluster.
     pub async fn shutdown(&self) {
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![format!("{CLUSTER_LABEL}={}", self.cluster_id)],
-        )]);
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        };
-        if let Ok(found) = self.docker.list_containers(Some(options)).await {
-            for c in found {
-                if let Some(id) = c.id {
-                    self.remove_container(&id).await;
-                }
+        self.closing.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        remove_cluster_containers(&self.docker, &self.cluster_id).await;
+    }
+
+    pub(crate) fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+}
+
+/// Removes every container labelled with `cluster_id`.
+pub async fn remove_cluster_containers(docker: &Docker, cluster_id: &str) {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{CLUSTER_LABEL}={cluster_id}")],
+    )]);
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    if let Ok(found) = docker.list_containers(Some(options)).await {
+        for c in found {
+            if let Some(id) = c.id {
+                let options = RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                };
+                let _ = docker.remove_container(&id, Some(options)).await;
             }
         }
     }

@@ -83,6 +83,7 @@ pub struct TestCluster {
     kubeconfig: PathBuf,
     creds: tls::Credentials,
     url: String,
+    shut_down: bool,
 }
 
 impl TestCluster {
@@ -143,6 +144,7 @@ impl TestCluster {
             kubeconfig,
             creds,
             url,
+            shut_down: false,
         })
     }
 
@@ -246,8 +248,37 @@ impl TestCluster {
     }
 
     /// Stops serving and removes every container the cluster started.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.server.abort();
         self.shared.kubelet.shutdown().await;
+        self.shut_down = true;
+    }
+}
+
+impl Drop for TestCluster {
+    /// A test that panics never reaches `shutdown`: remove its containers
+    /// anyway, from a thread of its own since no async code can run here.
+    fn drop(&mut self) {
+        if self.shut_down {
+            return;
+        }
+        self.server.abort();
+        let cluster_id = self.shared.kubelet.cluster_id().to_string();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(docker) = Docker::connect_with_defaults() {
+                    if let Ok(docker) = docker.negotiate_version().await {
+                        kubelet::remove_cluster_containers(&docker, &cluster_id).await;
+                    }
+                }
+            });
+        })
+        .join();
     }
 }

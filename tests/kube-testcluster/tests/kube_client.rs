@@ -1,0 +1,293 @@
+//! The test cluster through kube-rs, from the kubeconfig it writes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, Config};
+use kube_testcluster::{AuthMode, ClusterOptions, ImagePullFault, Protocol, TestCluster};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn image() -> String {
+    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
+}
+
+async fn client(cluster: &TestCluster) -> Client {
+    let kubeconfig = Kubeconfig::read_from(cluster.kubeconfig()).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn job(name: &str, image: &str) -> Job {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": {"app": "kube-client-proof"}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image, "command": ["sh", "-c", "while :; do sleep 3600; done"]}],
+        }}},
+    }))
+    .unwrap()
+}
+
+async fn pod_of(pods: &Api<Pod>, job: &str) -> String {
+    let lp = ListParams::default().labels(&format!("job-name={job}"));
+    let list = pods.list(&lp).await.unwrap();
+    list.items[0].metadata.name.clone().unwrap()
+}
+
+async fn ready(pods: &Api<Pod>, name: &str) {
+    let ready = await_condition(pods.clone(), name, conditions::is_pod_running());
+    tokio::time::timeout(Duration::from_secs(60), ready)
+        .await
+        .expect("pod never ran")
+        .unwrap();
+}
+
+async fn job_to_exit_code(cluster: &TestCluster, name: &str) -> Vec<Protocol> {
+    let client = client(cluster).await;
+    let jobs: Api<Job> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    jobs.create(&PostParams::default(), &job(name, &image()))
+        .await
+        .unwrap();
+    let pod = pod_of(&pods, name).await;
+    ready(&pods, &pod).await;
+
+    // stdin in, output out, exit code back.
+    let ap = AttachParams::default()
+        .stdin(true)
+        .stdout(true)
+        .stderr(true);
+    let mut attached = pods
+        .exec(
+            &pod,
+            ["sh", "-c", "read line; echo \"got $line\"; exit 7"],
+            &ap,
+        )
+        .await
+        .unwrap();
+    let mut stdin = attached.stdin().unwrap();
+    stdin.write_all(b"hello\n").await.unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let status = attached.take_status().unwrap();
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).await.unwrap();
+    drop(stdin);
+    let status = status.await.expect("a status");
+    assert_eq!(out, "got hello\n");
+    assert_eq!(status.status.as_deref(), Some("Failure"));
+    let causes = status.details.and_then(|d| d.causes).unwrap_or_default();
+    assert_eq!(causes[0].reason.as_deref(), Some("ExitCode"));
+    assert_eq!(causes[0].message.as_deref(), Some("7"));
+
+    // Deleting with propagation takes the pod with it.
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..DeleteParams::default()
+    };
+    jobs.delete(name, &dp).await.unwrap();
+    let gone = await_condition(pods.clone(), &pod, conditions::is_deleted(""));
+    tokio::time::timeout(Duration::from_secs(60), gone)
+        .await
+        .expect("pod stayed")
+        .unwrap();
+    let gone = await_condition(jobs.clone(), name, conditions::is_deleted(""));
+    tokio::time::timeout(Duration::from_secs(60), gone)
+        .await
+        .expect("job stayed")
+        .unwrap();
+    cluster.exec_protocols()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_creates_waits_execs_and_deletes_with_client_certificates() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    assert_eq!(
+        job_to_exit_code(&cluster, "kube-proof").await,
+        [Protocol::V5]
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_works_with_a_bearer_token_and_on_a_v4_only_server() {
+    let cluster = TestCluster::start(ClusterOptions {
+        auth: AuthMode::Token,
+        v4_only: true,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        job_to_exit_code(&cluster, "kube-token").await,
+        [Protocol::V4]
+    );
+    assert!(kube_testcluster::exec::negotiate("v5.channel.k8s.io", true).is_err());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_and_duplicate_jobs_get_status_bodies() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let jobs: Api<Job> = Api::default_namespaced(client(&cluster).await);
+    let bad = jobs
+        .create(&PostParams::default(), &job("Not_A_Name", &image()))
+        .await
+        .unwrap_err();
+    match bad {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422);
+            assert_eq!(s.reason, "Invalid");
+            assert!(s.message.contains("metadata.name"), "{}", s.message);
+        }
+        other => panic!("{other}"),
+    }
+    let mut labelled = job("bad-label", &image());
+    labelled.metadata.labels =
+        Some([("dev.knotless.runner".to_string(), "did:plc:x".to_string())].into());
+    let err = jobs
+        .create(&PostParams::default(), &labelled)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err}"
+    );
+    jobs.create(&PostParams::default(), &job("twice", &image()))
+        .await
+        .unwrap();
+    let err = jobs
+        .create(&PostParams::default(), &job("twice", &image()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{err}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_on_demand() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let client = client(&cluster).await;
+    let jobs: Api<Job> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let events: Api<Event> = Api::default_namespaced(client.clone());
+
+    // 500 and 429 on chosen calls.
+    cluster.faults().fail_requests("GET", "/jobs", 500, 1);
+    cluster.faults().fail_requests("GET", "/jobs", 429, 1);
+    let e = jobs.list(&ListParams::default()).await.unwrap_err();
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 500), "{e}");
+    // kube retries a 429 after its Retry-After on its own.
+    let before = cluster.requests().len();
+    jobs.list(&ListParams::default()).await.unwrap();
+    assert_eq!(cluster.requests().len() - before, 2, "one 429, one retry");
+
+    // Pending while a node is rented, then scheduled.
+    cluster.faults().pending_for(Duration::from_secs(1));
+    jobs.create(&PostParams::default(), &job("slow-node", &image()))
+        .await
+        .unwrap();
+    let pod = pod_of(&pods, "slow-node").await;
+    ready(&pods, &pod).await;
+    let reasons: Vec<String> = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for reason in [
+        "FailedScheduling",
+        "TriggeredScaleUp",
+        "Scheduled",
+        "Started",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "{reason} missing from {reasons:?}"
+        );
+    }
+    cluster.faults().pending_for(Duration::ZERO);
+
+    // Unschedulable stays Pending.
+    cluster.faults().unschedulable(true);
+    jobs.create(&PostParams::default(), &job("no-node", &image()))
+        .await
+        .unwrap();
+    let pod = pod_of(&pods, "no-node").await;
+    let unschedulable = await_condition(pods.clone(), &pod, |p: Option<&Pod>| {
+        p.and_then(|p| {
+            p.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "PodScheduled")
+                .cloned()
+        })
+        .is_some_and(|c| c.reason.as_deref() == Some("Unschedulable"))
+    });
+    tokio::time::timeout(Duration::from_secs(30), unschedulable)
+        .await
+        .unwrap()
+        .unwrap();
+    cluster.faults().unschedulable(false);
+
+    // A missing image backs off.
+    for (name, image, fault, reason) in [
+        (
+            "no-image",
+            "knotless-missing:nope".to_string(),
+            None,
+            "ImagePullBackOff",
+        ),
+        (
+            "pull-fault",
+            image(),
+            Some(ImagePullFault::BackOff),
+            "ImagePullBackOff",
+        ),
+        (
+            "bad-name",
+            image(),
+            Some(ImagePullFault::InvalidName),
+            "InvalidImageName",
+        ),
+    ] {
+        cluster.faults().image_pull(fault);
+        jobs.create(&PostParams::default(), &job(name, &image))
+            .await
+            .unwrap();
+        let pod = pod_of(&pods, name).await;
+        let waiting = await_condition(pods.clone(), &pod, move |p: Option<&Pod>| {
+            p.and_then(|p| {
+                p.status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?
+                    .state
+                    .as_ref()?
+                    .waiting
+                    .clone()
+            })
+            .is_some_and(|w| w.reason.as_deref() == Some(reason))
+        });
+        tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    cluster.faults().image_pull(None);
+    cluster.shutdown().await;
+}
