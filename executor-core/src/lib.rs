@@ -25,6 +25,7 @@ pub mod labels;
 mod log;
 mod model;
 mod result;
+pub mod script;
 mod steps_file;
 pub mod tar;
 

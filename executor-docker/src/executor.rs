@@ -142,7 +142,7 @@ impl DockerExecutor {
         if let Some(user) = &self.options.user {
             mkdir.push_str(&format!(
                 " && chown {} /work /steps /outputs",
-                shell_quote(user)
+                executor_core::script::quote(user)
             ));
         }
         self.exec_as_root(id, &mkdir, "creating /work, /steps and /outputs")
@@ -157,7 +157,10 @@ impl DockerExecutor {
         }
         if let Some(user) = &self.options.user {
             // Uploaded files belong to root; the steps run as the user.
-            let chown = format!("chown -R {} /work /steps", shell_quote(user));
+            let chown = format!(
+                "chown -R {} /work /steps",
+                executor_core::script::quote(user)
+            );
             self.exec_as_root(id, &chown, "giving /work to --user")
                 .await?;
         }
@@ -223,7 +226,7 @@ impl DockerExecutor {
 
     /// Kills a step's process tree inside the container.
     async fn kill_step(&self, id: &str, pid_file: &str, exec_id: &str) {
-        let script = crate::kill::kill_tree_script(pid_file);
+        let script = executor_core::script::kill_tree(pid_file);
         if let Err(err) = self.exec_as_root(id, &script, "killing the step").await {
             tracing::warn!(%err, container = id, "could not kill an interrupted step");
         }
@@ -345,13 +348,7 @@ impl Executor for DockerExecutor {
         let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
         // Record the shell's pid so an interrupt can kill the step's
         // processes: the engine has no call to kill an exec.
-        let cmd = vec![
-            "sh".into(),
-            "-c".into(),
-            "echo $$ > \"$0\" && exec sh -ec \"$1\"".into(),
-            pid_file.clone(),
-            step.script.clone(),
-        ];
+        let cmd = executor_core::script::step_argv(&pid_file, "", &step.script);
         let exec = ExecSpec {
             cmd,
             env: step.env.clone(),
@@ -484,11 +481,6 @@ fn random_suffix() -> String {
             .unwrap_or(0),
     );
     format!("{:08x}", h.finish() as u32)
-}
-
-/// Quotes a value for `sh`.
-pub(crate) fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@ mod bollard_engine;
 mod dry_run;
 pub mod engine;
 mod executor;
-mod kill;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -130,6 +130,27 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
             };
             create(&shared, &route, body)
         }
+        (&Method::PATCH, Some(name), None) => {
+            let content_type = req
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            if !content_type.starts_with("application/merge-patch+json") {
+                return error_response(&ApiError::unsupported_media(&content_type));
+            }
+            let patch = match read_json(req).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
+            };
+            let ns = route.ns.as_deref().unwrap_or("default");
+            shared
+                .store
+                .update(route.kind, ns, name, |object| merge_patch(object, &patch))
+                .map(|o| (200, o))
+                .ok_or_else(|| ApiError::not_found(route.kind, name))
+        }
         (&Method::DELETE, Some(name), None) => {
             let body = req
                 .into_body()
@@ -157,6 +178,25 @@ async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
         .to_bytes();
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(fields) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            for (k, v) in fields {
+                if v.is_null() {
+                    target.as_object_mut().map(|o| o.remove(k));
+                } else {
+                    merge_patch(&mut target[k], v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
 }
 
 fn list(shared: &Shared, route: &Route, query: &str) -> Result<(u16, Value), ApiError> {

@@ -86,6 +86,10 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
+    /// 415.
+    pub fn unsupported_media(content_type: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got {content_type:?})"))
+    }
     /// 405.
     pub fn method_not_allowed() -> Self {
         Self::new(

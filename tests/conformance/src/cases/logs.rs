@@ -25,7 +25,9 @@ pub async fn logs_stream_while_step_runs(backend: &dyn Backend) {
     let cancel = CancellationToken::new();
     let run = run_watched(backend, &spec, &log, cancel.clone());
     let observe = async {
+        // stdout and stderr are separate pipes: neither orders the other.
         log.wait_for("line-three").await;
+        log.wait_for("to-stderr").await;
         cancel.cancel();
     };
     let (result, ()) = tokio::join!(run, observe);

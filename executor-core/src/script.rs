@@ -1,0 +1,59 @@
+//! Shell snippets every container backend runs: the step wrapper that
+//! records the step's pid, and the kill of a step's process tree. Neither
+//! Docker nor Kubernetes has a call that kills an exec, so the runner finds
+//! the step's shell by the pid it wrote.
+
+/// Quotes a value for POSIX `sh`.
+///
+/// ```
+/// assert_eq!(executor_core::script::quote("it's"), "'it'\\''s'");
+/// ```
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The argv that runs `script` as `sh -ec <script>` after writing the
+/// shell's pid to `pid_file` and running `prelude` (for example exports).
+///
+/// ```
+/// let argv = executor_core::script::step_argv("/.knotless/1.pid", "", "make");
+/// assert_eq!(argv[0], "sh");
+/// assert_eq!(argv.last().unwrap(), "make");
+/// ```
+pub fn step_argv(pid_file: &str, prelude: &str, script: &str) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo $$ > \"$0\" && {prelude}exec sh -ec \"$1\""),
+        pid_file.into(),
+        script.into(),
+    ]
+}
+
+/// A POSIX sh script that SIGKILLs the process in `pid_file` and every
+/// descendant, found through `/proc/*/stat`. The root is stopped first so
+/// it cannot fork while the tree is gathered.
+pub fn kill_tree(pid_file: &str) -> String {
+    format!(
+        r#"root=$(cat {file} 2>/dev/null) || exit 0
+[ -n "$root" ] || exit 0
+kill -STOP "$root" 2>/dev/null || exit 0
+all="$root"; frontier="$root"
+while [ -n "$frontier" ]; do
+  next=""
+  for stat in /proc/[0-9]*/stat; do
+    read -r line < "$stat" 2>/dev/null || continue
+    rest=${{line##*) }}
+    set -- $rest
+    for p in $frontier; do
+      if [ "$2" = "$p" ]; then pid=${{stat#/proc/}}; next="$next ${{pid%/stat}}"; fi
+    done
+  done
+  all="$all $next"; frontier="$next"
+done
+kill -KILL $all 2>/dev/null
+rm -f {file}
+exit 0"#,
+        file = quote(pid_file)
+    )
+}

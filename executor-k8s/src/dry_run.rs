@@ -1,0 +1,234 @@
+//! The dry-run cluster: prints every API call, makes none.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use executor_core::ExecutorError;
+use futures_util::{SinkExt, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::WatchEvent;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use crate::cluster::{Cluster, ExecConnection, PodEvents};
+
+/// Prints each call as `METHOD /path` (for an exec, its command), and the
+/// Job as YAML. Secret values are never printed, only their keys.
+pub struct DryRunCluster {
+    namespace: String,
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+/// The name the dry-run gives the run's pod.
+pub const DRY_POD_SUFFIX: &str = "-xxxxx";
+
+impl DryRunCluster {
+    /// A dry-run of namespace `namespace`, printing to `out`.
+    pub fn new(namespace: impl Into<String>, out: impl Write + Send + 'static) -> Self {
+        DryRunCluster {
+            namespace: namespace.into(),
+            out: Arc::new(Mutex::new(Box::new(out))),
+        }
+    }
+
+    fn say(&self, line: impl AsRef<str>) {
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(out, "{}", line.as_ref());
+    }
+
+    fn ns(&self) -> &str {
+        &self.namespace
+    }
+}
+
+/// The calls a dry-run prints for one line, as `(method, path)`; the lines
+/// of the printed Job YAML are skipped. Used to compare a dry-run with the
+/// requests a real run made.
+pub fn calls(printed: &str) -> Vec<(String, String)> {
+    printed
+        .lines()
+        .filter_map(|l| {
+            let (method, rest) = l.split_once(' ')?;
+            if !["GET", "POST", "PATCH", "DELETE", "PUT"].contains(&method) {
+                return None;
+            }
+            let path = rest.split(['?', ' ']).next()?.to_string();
+            Some((method.to_string(), path))
+        })
+        .collect()
+}
+
+fn ready_pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap_or_default()
+}
+
+#[async_trait]
+impl Cluster for DryRunCluster {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {
+        let keys: Vec<&String> = secret.string_data.iter().flat_map(|d| d.keys()).collect();
+        self.say(format!(
+            "POST /api/v1/namespaces/{}/secrets (Secret {} with keys {}; values not shown)",
+            self.ns(),
+            secret.metadata.name.clone().unwrap_or_default(),
+            keys.iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+        Ok(())
+    }
+    async fn create_job(&self, job: &Job) -> Result<Job, ExecutorError> {
+        self.say(format!("POST /apis/batch/v1/namespaces/{}/jobs", self.ns()));
+        let value = serde_json::to_value(job).unwrap_or_default();
+        self.say("---");
+        self.say(crate::yaml::to_yaml(&value).trim_end());
+        self.say("---");
+        let mut created = job.clone();
+        created.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+        Ok(created)
+    }
+    async fn own_secret(&self, name: &str, _owner: &OwnerReference) -> Result<(), ExecutorError> {
+        self.say(format!(
+            "PATCH /api/v1/namespaces/{}/secrets/{name} (ownerReferences: the Job)",
+            self.ns()
+        ));
+        Ok(())
+    }
+    async fn list_pods(&self, selector: &str) -> Result<(Vec<Pod>, String), ExecutorError> {
+        self.say(format!(
+            "GET /api/v1/namespaces/{}/pods?labelSelector={selector}",
+            self.ns()
+        ));
+        // The pod is Ready while the run lives and gone once stopped; the
+        // dry-run cannot know which is asked, so it answers Ready first.
+        let job = selector.strip_prefix("job-name=").unwrap_or(selector);
+        Ok((
+            vec![ready_pod(&format!("{job}{DRY_POD_SUFFIX}"))],
+            "1".into(),
+        ))
+    }
+    async fn watch_pods(&self, selector: &str, rv: &str) -> Result<PodEvents, ExecutorError> {
+        self.say(format!("GET /api/v1/namespaces/{}/pods?labelSelector={selector}&watch=true&resourceVersion={rv}", self.ns()));
+        let job = selector
+            .strip_prefix("job-name=")
+            .unwrap_or(selector)
+            .to_string();
+        Ok(
+            futures_util::stream::iter([Ok(WatchEvent::Deleted(ready_pod(&format!(
+                "{job}{DRY_POD_SUFFIX}"
+            ))))])
+            .boxed(),
+        )
+    }
+    async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError> {
+        self.say(format!("GET /api/v1/namespaces/{}/pods/{name}", self.ns()));
+        Ok(Some(ready_pod(name)))
+    }
+    async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError> {
+        self.say(format!(
+            "GET /api/v1/namespaces/{}/events?fieldSelector=involvedObject.name={pod}",
+            self.ns()
+        ));
+        Ok(Vec::new())
+    }
+    async fn exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        stdin: bool,
+    ) -> Result<ExecConnection, ExecutorError> {
+        self.say(format!(
+            "GET /api/v1/namespaces/{}/pods/{pod}/exec?container={container}&stdin={stdin} (WebSocket) {argv:?}",
+            self.ns()
+        ));
+        let success =
+            Message::binary([&[3u8][..], br#"{"metadata":{},"status":"Success"}"#].concat());
+        let stream = futures_util::stream::iter([Ok::<_, WsError>(success)]);
+        let sink = futures_util::sink::drain().sink_map_err(|never| match never {});
+        Ok(ExecConnection {
+            socket: Box::pin(Duplex { stream, sink }),
+            v5: true,
+        })
+    }
+    async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
+        self.say(format!(
+            "DELETE /apis/batch/v1/namespaces/{}/jobs/{name} (propagationPolicy: Foreground)",
+            self.ns()
+        ));
+        Ok(())
+    }
+    async fn delete_secret(&self, name: &str) -> Result<(), ExecutorError> {
+        self.say(format!(
+            "DELETE /api/v1/namespaces/{}/secrets/{name}",
+            self.ns()
+        ));
+        Ok(())
+    }
+    async fn list_jobs(&self, selector: &str) -> Result<Vec<Job>, ExecutorError> {
+        self.say(format!(
+            "GET /apis/batch/v1/namespaces/{}/jobs?labelSelector={selector}",
+            self.ns()
+        ));
+        Ok(Vec::new())
+    }
+    async fn list_secrets(&self, selector: &str) -> Result<Vec<Secret>, ExecutorError> {
+        self.say(format!(
+            "GET /api/v1/namespaces/{}/secrets?labelSelector={selector}",
+            self.ns()
+        ));
+        Ok(Vec::new())
+    }
+}
+
+/// A stream and a sink as one WebSocket-like object.
+struct Duplex<St, Si> {
+    stream: St,
+    sink: Si,
+}
+
+impl<St: futures_util::Stream + Unpin, Si: Unpin> futures_util::Stream for Duplex<St, Si> {
+    type Item = St::Item;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut self.stream).poll_next(cx)
+    }
+}
+
+impl<St: Unpin, Si: futures_util::Sink<Message> + Unpin> futures_util::Sink<Message>
+    for Duplex<St, Si>
+{
+    type Error = Si::Error;
+    fn poll_ready(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::pin::Pin::new(&mut self.sink).poll_ready(cx)
+    }
+    fn start_send(mut self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+        std::pin::Pin::new(&mut self.sink).start_send(item)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::pin::Pin::new(&mut self.sink).poll_flush(cx)
+    }
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::pin::Pin::new(&mut self.sink).poll_close(cx)
+    }
+}

@@ -1,0 +1,530 @@
+//! The five operations, mapped onto the [`Cluster`] seam.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits};
+use executor_core::{
+    CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
+    RunSpec, StepCommand,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::Cluster;
+use crate::exec::{drive, Ended, LogWriter};
+use crate::job::{objects, runner_selector, step_key, CONTAINER, STATE_DIR};
+use crate::{wait, K8sOptions};
+
+/// One Kubernetes Job per run; every step an exec in its pod.
+pub struct K8sExecutor {
+    cluster: Arc<dyn Cluster>,
+    options: K8sOptions,
+    live: Mutex<HashMap<String, LiveRun>>,
+    /// Whether the cluster speaks v5, once known.
+    v5: Mutex<Option<bool>>,
+}
+
+#[derive(Clone)]
+struct LiveRun {
+    pod: String,
+    pod_selector: String,
+    has_secret: bool,
+    /// Each step's index and its variable names, for the exports.
+    steps: HashMap<String, (usize, Vec<String>)>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u64(now_secs());
+    format!("{:06x}", h.finish() as u32 & 0xff_ffff)
+}
+
+impl K8sExecutor {
+    /// An executor over any cluster seam (real, dry-run, mock).
+    pub fn with_cluster(cluster: Arc<dyn Cluster>, options: K8sOptions) -> Self {
+        K8sExecutor {
+            cluster,
+            options,
+            live: Mutex::new(HashMap::new()),
+            v5: Mutex::new(None),
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every Job, pod and Secret of `runner` that exists now: the probe for leftovers.
+    pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        let selector = runner_selector(runner);
+        let mut found = Vec::new();
+        for job in self.cluster.list_jobs(&selector).await? {
+            found.push(format!("job/{}", job.metadata.name.unwrap_or_default()));
+        }
+        for secret in self.cluster.list_secrets(&selector).await? {
+            found.push(format!(
+                "secret/{}",
+                secret.metadata.name.unwrap_or_default()
+            ));
+        }
+        for pod in self.cluster.list_pods(&selector).await?.0 {
+            found.push(format!("pod/{}", pod.metadata.name.unwrap_or_default()));
+        }
+        Ok(found)
+    }
+
+    /// Runs `argv` in the pod with `stdin` streamed in, stdout and stderr
+    /// into the given writers; `Ok` only on exit 0.
+    async fn exec_checked(
+        &self,
+        pod: &str,
+        argv: Vec<String>,
+        stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        what: &str,
+    ) -> Result<(), ExecutorError> {
+        let conn = self
+            .cluster
+            .exec(pod, CONTAINER, &argv, stdin.is_some())
+            .await?;
+        let mut stderr = Vec::new();
+        let ended = drive(
+            conn,
+            stdin,
+            stdout,
+            &mut stderr,
+            &CancellationToken::new(),
+            self.options.keepalive,
+        )
+        .await?;
+        let said = String::from_utf8_lossy(&stderr[..stderr.len().min(4096)])
+            .trim()
+            .to_string();
+        match ended {
+            Ended::Exited(0) => Ok(()),
+            Ended::Exited(code) => {
+                Err(ExecutorError::backend(what, format!("exit {code}: {said}")))
+            }
+            Ended::Failed(msg) => Err(ExecutorError::backend(what, msg)),
+            Ended::Closed(why) => Err(ExecutorError::LostExitStatus {
+                what: what.to_string(),
+                detail: why,
+            }),
+            Ended::Interrupted => Err(ExecutorError::Interrupted),
+        }
+    }
+
+    /// Whether the cluster speaks `v5.channel.k8s.io`, asked once with a
+    /// trivial exec: the copy-in command depends on it.
+    async fn speaks_v5(&self, pod: &str) -> Result<bool, ExecutorError> {
+        if let Some(v5) = *self.v5.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Ok(v5);
+        }
+        let conn = self
+            .cluster
+            .exec(pod, CONTAINER, &["true".to_string()], false)
+            .await?;
+        let v5 = conn.v5;
+        let mut sink = tokio::io::sink();
+        let mut sink2 = tokio::io::sink();
+        drive(
+            conn,
+            None,
+            &mut sink,
+            &mut sink2,
+            &CancellationToken::new(),
+            self.options.keepalive,
+        )
+        .await?;
+        *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
+        Ok(v5)
+    }
+
+    /// Streams `dir` into `target` as tar over an exec and checks tar's status.
+    ///
+    /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
+    /// without closing the socket (and losing the status), and tar reads to
+    /// end of file, so there `head -c SIZE` ends tar's input instead; the
+    /// size comes from packing the folder once into nothing first.
+    async fn copy_in(
+        &self,
+        pod: &str,
+        dir: &Path,
+        target: &str,
+        v5: bool,
+    ) -> Result<(), ExecutorError> {
+        let what = format!("copying {} into {target}", dir.display());
+        let argv = if v5 {
+            vec!["tar".into(), "x".into(), "-C".into(), target.into()]
+        } else {
+            let size = tokio::io::copy(&mut pack_dir(dir), &mut tokio::io::sink())
+                .await
+                .map_err(|e| ExecutorError::backend(what.clone(), e))?;
+            vec![
+                "sh".into(),
+                "-c".into(),
+                "head -c \"$0\" | tar x -C \"$1\"".into(),
+                size.to_string(),
+                target.into(),
+            ]
+        };
+        let mut tar = pack_dir(dir);
+        self.exec_checked(pod, argv, Some(&mut tar), &mut tokio::io::sink(), &what)
+            .await
+    }
+
+    /// Deletes the Job (its pod goes with it) and the Secret, and waits for the pod.
+    async fn teardown(
+        &self,
+        name: &str,
+        pod_selector: &str,
+        has_secret: bool,
+    ) -> Result<(), ExecutorError> {
+        let job = self.cluster.delete_job(name).await;
+        let secret = if has_secret {
+            self.cluster.delete_secret(name).await
+        } else {
+            Ok(())
+        };
+        job?;
+        secret?;
+        wait::gone(
+            self.cluster.as_ref(),
+            pod_selector,
+            self.options.stop_timeout,
+        )
+        .await
+    }
+
+    /// Why a step's exec ended without a status: what happened to the pod.
+    async fn pod_fate(&self, pod: &str) -> Option<String> {
+        match self.cluster.get_pod(pod).await {
+            Ok(None) => Some(format!("pod {pod} was deleted")),
+            Ok(Some(p)) => {
+                let status = p.status?;
+                if let Some(reason) = status
+                    .reason
+                    .filter(|_| status.phase.as_deref() == Some("Failed"))
+                {
+                    return Some(format!(
+                        "pod {pod} was {}: {}",
+                        reason.to_lowercase(),
+                        status.message.unwrap_or_default()
+                    ));
+                }
+                let terminated = status
+                    .container_statuses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|c| c.state?.terminated)?;
+                Some(format!(
+                    "pod {pod}'s container ended: {} (exit {})",
+                    terminated.reason.unwrap_or_default(),
+                    terminated.exit_code
+                ))
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for K8sExecutor {
+    fn kind(&self) -> &str {
+        "k8s"
+    }
+
+    async fn start(
+        &self,
+        run: &RunSpec,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<RunHandle, ExecutorError> {
+        for (dir, flag) in [
+            (Some(&run.checkout), "--workdir"),
+            (run.steps_dir.as_ref(), "--steps-dir"),
+        ] {
+            if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "{flag} {} is not a folder",
+                    dir.display()
+                )));
+            }
+        }
+        let objects = objects(run, &self.options, &random_suffix(), now_secs())
+            .map_err(ExecutorError::InvalidInput)?;
+        let name = objects.name.clone();
+        if let Some(secret) = &objects.secret {
+            self.cluster.create_secret(secret).await?;
+        }
+        let job = match self.cluster.create_job(&objects.job).await {
+            Ok(job) => job,
+            Err(err) => {
+                if objects.secret.is_some() {
+                    let _ = self.cluster.delete_secret(&name).await;
+                }
+                return Err(err);
+            }
+        };
+        log.line(&format!(
+            "job {name} in namespace {}",
+            self.cluster.namespace()
+        ));
+        let prepared = async {
+            if objects.secret.is_some() {
+                let owner = OwnerReference {
+                    api_version: "batch/v1".into(),
+                    kind: "Job".into(),
+                    name: name.clone(),
+                    uid: job.metadata.uid.clone().unwrap_or_default(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                };
+                self.cluster.own_secret(&name, &owner).await?;
+            }
+            let pod = wait::ready(
+                self.cluster.as_ref(),
+                &objects.pod_selector,
+                self.options.pod_timeout,
+                log,
+                &interrupt,
+            )
+            .await?;
+            log.line(&format!("pod {pod} is ready"));
+            let steps = run
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    (
+                        s.name.clone(),
+                        (i, s.env.iter().map(|(k, _)| k.clone()).collect()),
+                    )
+                })
+                .collect();
+            self.live().insert(
+                name.clone(),
+                LiveRun {
+                    pod: pod.clone(),
+                    pod_selector: objects.pod_selector.clone(),
+                    has_secret: objects.secret.is_some(),
+                    steps,
+                },
+            );
+            let copy = async {
+                let v5 = self.speaks_v5(&pod).await?;
+                log.line(if v5 {
+                    "exec protocol: v5.channel.k8s.io"
+                } else {
+                    "exec protocol: v4.channel.k8s.io (the cluster predates v5: stdin is ended by size, not by closing it)"
+                });
+                self.copy_in(&pod, &run.checkout, "/work", v5).await?;
+                if let Some(steps) = &run.steps_dir {
+                    self.copy_in(&pod, steps, "/steps", v5).await?;
+                }
+                Ok::<_, ExecutorError>(())
+            };
+            tokio::select! {
+                r = copy => r,
+                _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
+            }
+        };
+        if let Err(err) = prepared.await {
+            self.live().remove(&name);
+            if let Err(teardown) = self
+                .teardown(&name, &objects.pod_selector, objects.secret.is_some())
+                .await
+            {
+                tracing::error!(%teardown, job = %name, "removing a half-started Job failed");
+            }
+            return Err(err);
+        }
+        Ok(RunHandle::in_container(name))
+    }
+
+    async fn command(
+        &self,
+        run: &RunHandle,
+        step: &StepCommand,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<CommandOutcome, ExecutorError> {
+        let live = self.live().get(&run.id).cloned().ok_or_else(|| {
+            ExecutorError::EnvironmentLost(format!(
+                "job {} is not a live run of this executor",
+                run.id
+            ))
+        })?;
+        // Step variables live in the Secret; the command line names them only.
+        let mut prelude = String::new();
+        if let Some((index, keys)) = live.steps.get(&step.name) {
+            for key in keys {
+                prelude.push_str(&format!("export {key}=\"${}\"; ", step_key(*index, key)));
+            }
+        }
+        prelude.push_str(&format!(
+            "cd {} && ",
+            executor_core::script::quote(&run.work_dir)
+        ));
+        let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
+        let argv = executor_core::script::step_argv(&pid_file, &prelude, &step.script);
+        let conn = self
+            .cluster
+            .exec(&live.pod, CONTAINER, &argv, false)
+            .await?;
+        let mut out = LogWriter(log.clone());
+        let mut err = LogWriter(log.clone());
+        let ended = drive(
+            conn,
+            None,
+            &mut out,
+            &mut err,
+            &interrupt,
+            self.options.keepalive,
+        )
+        .await?;
+        match ended {
+            Ended::Exited(code) => {
+                if code == 137 {
+                    if let Some(fate) = self.pod_fate(&live.pod).await {
+                        return Err(ExecutorError::EnvironmentLost(fate));
+                    }
+                }
+                Ok(CommandOutcome::exited(code))
+            }
+            Ended::Interrupted => {
+                let kill = vec![
+                    "sh".into(),
+                    "-c".into(),
+                    executor_core::script::kill_tree(&pid_file),
+                ];
+                if let Err(e) = self
+                    .exec_checked(
+                        &live.pod,
+                        kill,
+                        None,
+                        &mut tokio::io::sink(),
+                        "killing the step",
+                    )
+                    .await
+                {
+                    tracing::warn!(%e, pod = %live.pod, "could not kill an interrupted step");
+                }
+                Ok(CommandOutcome::Interrupted)
+            }
+            Ended::Failed(msg) | Ended::Closed(msg) => match self.pod_fate(&live.pod).await {
+                Some(fate) => Err(ExecutorError::EnvironmentLost(fate)),
+                None => Err(ExecutorError::LostExitStatus {
+                    what: format!("step {}", step.name),
+                    detail: msg,
+                }),
+            },
+        }
+    }
+
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+        let pod = self
+            .live()
+            .get(&run.id)
+            .map(|r| r.pod.clone())
+            .ok_or_else(|| {
+                ExecutorError::EnvironmentLost(format!(
+                    "job {} is not a live run of this executor",
+                    run.id
+                ))
+            })?;
+        let (mut writer, reader) = tokio::io::duplex(256 * 1024);
+        let argv = vec![
+            "tar".into(),
+            "c".into(),
+            "-C".into(),
+            run.outputs_dir.clone(),
+            ".".into(),
+        ];
+        let produce = async {
+            let r = self
+                .exec_checked(&pod, argv, None, &mut writer, "copying /outputs out")
+                .await;
+            drop(writer);
+            r
+        };
+        let consume = unpack_untrusted(
+            reader,
+            dest,
+            UnpackLimits {
+                ..self.options.unpack_limits
+            },
+        );
+        let (produced, consumed) = tokio::join!(produce, consume);
+        consumed?;
+        produced
+    }
+
+    async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
+        let live = self.live().remove(&run.id);
+        let (selector, has_secret) = match &live {
+            Some(l) => (l.pod_selector.clone(), l.has_secret),
+            None => (format!("job-name={}", run.id), true),
+        };
+        self.teardown(&run.id, &selector, has_secret).await
+    }
+
+    async fn cleanup(
+        &self,
+        runner: &str,
+        scope: CleanupScope,
+    ) -> Result<CleanupReport, ExecutorError> {
+        let selector = runner_selector(runner);
+        let now = now_secs();
+        let live: Vec<String> = self.live().keys().cloned().collect();
+        let owned = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            let annotations = meta.annotations.clone().unwrap_or_default();
+            let mine = annotations.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner);
+            let expired = annotations
+                .get(EXPIRES_KEY)
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_none_or(|e| e <= now);
+            let name = meta.name.clone().unwrap_or_default();
+            (mine && !live.contains(&name) && (scope == CleanupScope::All || expired))
+                .then_some(name)
+        };
+        let mut removed = Vec::new();
+        let jobs = self.cluster.list_jobs(&selector).await?;
+        let job_names: Vec<String> = jobs
+            .iter()
+            .filter_map(|j| j.metadata.name.clone())
+            .collect();
+        for job in &jobs {
+            if let Some(name) = owned(&job.metadata) {
+                self.teardown(&name, &format!("job-name={name}"), true)
+                    .await?;
+                removed.push(format!("job/{name}"));
+            }
+        }
+        for secret in self.cluster.list_secrets(&selector).await? {
+            if let Some(name) = owned(&secret.metadata) {
+                if !job_names.contains(&name) {
+                    self.cluster.delete_secret(&name).await?;
+                    removed.push(format!("secret/{name}"));
+                }
+            }
+        }
+        Ok(CleanupReport { removed })
+    }
+}

@@ -1,0 +1,166 @@
+//! The Job and Secret a run gets.
+
+use std::collections::BTreeMap;
+
+use executor_core::labels::{
+    dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
+};
+use executor_core::RunSpec;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use serde_json::json;
+
+use crate::K8sOptions;
+
+/// The container's name in the pod.
+pub const CONTAINER: &str = "run";
+/// The folder, an emptyDir, holding step pid files.
+pub const STATE_DIR: &str = "/.knotless";
+
+/// Names and labels of one run's objects.
+#[derive(Debug, Clone)]
+pub struct RunObjects {
+    /// The Job's name, also the Secret's.
+    pub name: String,
+    /// Selector of the Job's pods.
+    pub pod_selector: String,
+    /// The Job.
+    pub job: Job,
+    /// The Secret holding every variable, if there are any.
+    pub secret: Option<Secret>,
+}
+
+/// Secret key of a step's variable; steps export it under its own name.
+pub fn step_key(step: usize, key: &str) -> String {
+    format!("KNOTLESS_S{step}_{key}")
+}
+
+/// Builds the run's Job and Secret. `suffix` makes the name unique.
+pub fn objects(
+    run: &RunSpec,
+    options: &K8sOptions,
+    suffix: &str,
+    now: u64,
+) -> Result<RunObjects, String> {
+    let image = run.image.clone().ok_or("the k8s executor needs --image")?;
+    let name = format!("knotless-{}-{suffix}", dns_name(&[&run.name], 40));
+    let deadline = run.run_timeout.as_secs() + options.grace.as_secs();
+    let labels = BTreeMap::from([
+        (RUNNER_LABEL.to_string(), label_value(&run.runner)),
+        (RUN_LABEL.to_string(), label_value(&run.name)),
+    ]);
+    let annotations = BTreeMap::from([
+        (RUNNER_RAW_KEY.to_string(), run.runner.clone()),
+        (RUN_RAW_KEY.to_string(), run.name.clone()),
+        (EXPIRES_KEY.to_string(), (now + deadline).to_string()),
+    ]);
+
+    let mut data = BTreeMap::new();
+    for (key, value) in &run.env {
+        data.insert(key.clone(), value.clone());
+    }
+    for (i, step) in run.steps.iter().enumerate() {
+        for (key, value) in &step.env {
+            data.insert(step_key(i, key), value.clone());
+        }
+    }
+    let secret = (!data.is_empty()).then(|| {
+        serde_json::from_value::<Secret>(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "type": "Opaque",
+            "stringData": data,
+        }))
+    });
+    let secret = secret.transpose().map_err(|e| e.to_string())?;
+
+    let mut resources = json!({});
+    for (kind, key, value) in [
+        ("requests", "cpu", &options.cpu_request),
+        ("limits", "cpu", &options.cpu_limit),
+        ("requests", "memory", &options.memory_request),
+        ("limits", "memory", &options.memory_limit),
+    ] {
+        if let Some(v) = value {
+            resources[kind][key] = json!(v);
+        }
+    }
+    let mut pod_spec = json!({
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": false,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{
+            "name": CONTAINER,
+            "image": image,
+            "command": ["sh", "-c", "while :; do sleep 3600; done"],
+            "workingDir": "/work",
+            "env": [
+                {"name": "WORK_DIR", "value": "/work"},
+                {"name": "STEPS_DIR", "value": "/steps"},
+                {"name": "OUTPUTS_DIR", "value": "/outputs"},
+            ],
+            "securityContext": {"allowPrivilegeEscalation": false},
+            "resources": resources,
+            "volumeMounts": [
+                {"name": "work", "mountPath": "/work"},
+                {"name": "steps", "mountPath": "/steps"},
+                {"name": "outputs", "mountPath": "/outputs"},
+                {"name": "knotless", "mountPath": STATE_DIR},
+            ],
+        }],
+        "volumes": [
+            {"name": "work", "emptyDir": {}},
+            {"name": "steps", "emptyDir": {}},
+            {"name": "outputs", "emptyDir": {}},
+            {"name": "knotless", "emptyDir": {}},
+        ],
+    });
+    if secret.is_some() {
+        pod_spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": name}}]);
+    }
+    if !options.node_selector.is_empty() {
+        pod_spec["nodeSelector"] = json!(options
+            .node_selector
+            .iter()
+            .cloned()
+            .collect::<BTreeMap<_, _>>());
+    }
+    if !options.tolerations.is_empty() {
+        pod_spec["tolerations"] = json!(options.tolerations);
+    }
+    if let Some(sa) = &options.service_account {
+        pod_spec["serviceAccountName"] = json!(sa);
+    }
+    if let Some(secret) = &options.image_pull_secret {
+        pod_spec["imagePullSecrets"] = json!([{"name": secret}]);
+    }
+    if options.isolate {
+        // A node to itself: no other run's pod on the same host.
+        pod_spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": RUNNER_LABEL, "operator": "Exists"}]},
+            "topologyKey": "kubernetes.io/hostname",
+        }]}});
+    }
+    let job = serde_json::from_value::<Job>(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline,
+            "ttlSecondsAfterFinished": options.ttl_after_finished.as_secs(),
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }))
+    .map_err(|e| e.to_string())?;
+    Ok(RunObjects {
+        pod_selector: format!("job-name={name}"),
+        name,
+        job,
+        secret,
+    })
+}
+
+/// The selector of every object of `runner`.
+pub fn runner_selector(runner: &str) -> String {
+    format!("{RUNNER_LABEL}={}", label_value(runner))
+}

@@ -1,0 +1,293 @@
+//! The real cluster: the Kubernetes API through kube-rs, with retries for
+//! the calls that are safe to repeat.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use executor_core::ExecutorError;
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{
+    Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::cluster::{Cluster, ExecConnection, PodEvents};
+
+/// Where the client comes from, as kubectl finds it.
+#[derive(Debug, Clone, Default)]
+pub struct KubeconfigSource {
+    /// `--kubeconfig`; otherwise `KUBECONFIG`, then `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context`; otherwise the current context.
+    pub context: Option<String>,
+    /// `--namespace`; otherwise the context's namespace, then `default`.
+    pub namespace: Option<String>,
+}
+
+/// A cluster reached through kube-rs.
+pub struct KubeCluster {
+    client: Client,
+    namespace: String,
+    server: String,
+}
+
+/// Attempts of a call that is safe to repeat.
+const ATTEMPTS: u32 = 5;
+
+fn retryable(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+fn describe(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(s) => format!("{} (HTTP {}, {})", s.message, s.code, s.reason),
+        other => {
+            let mut msg = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            msg
+        }
+    }
+}
+
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Repeats `call` on 429, 5xx and dropped connections, backing off.
+async fn retry<T, F, Fut>(what: &str, mut call: F) -> Result<T, ExecutorError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=ATTEMPTS {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(err) if attempt < ATTEMPTS && retryable(&err) => {
+                tracing::debug!(what, attempt, err = %describe(&err), "retrying");
+                // Backoff between attempts of a repeatable call.
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(err) => return Err(ExecutorError::backend(what, describe(&err))),
+        }
+    }
+    Err(ExecutorError::backend(what, "gave up"))
+}
+
+async fn once<T>(
+    what: &str,
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ExecutorError> {
+    call.await
+        .map_err(|e| ExecutorError::backend(what, describe(&e)))
+}
+
+impl KubeCluster {
+    /// Builds a client as kubectl would and checks the server answers; an
+    /// unreachable server or a refused credential is an error naming the server.
+    pub async fn connect(source: &KubeconfigSource) -> Result<Self, ExecutorError> {
+        let options = KubeConfigOptions {
+            context: source.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let bad =
+            |e: &dyn std::fmt::Display| ExecutorError::InvalidInput(format!("kubeconfig: {e}"));
+        let config = match &source.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                    ExecutorError::InvalidInput(format!("--kubeconfig {}: {e}", path.display()))
+                })?;
+                Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| bad(&e))?
+            }
+            None => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| bad(&e))?,
+        };
+        let server = config.cluster_url.to_string();
+        let namespace = source
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config).map_err(|e| bad(&e))?;
+        client.apiserver_version().await.map_err(|e| {
+            ExecutorError::backend(
+                "connecting to the cluster",
+                format!(
+                    "the Kubernetes API server at {server} did not answer: {}",
+                    describe(&e)
+                ),
+            )
+        })?;
+        Ok(KubeCluster {
+            client,
+            namespace,
+            server,
+        })
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+
+#[async_trait]
+impl Cluster for KubeCluster {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {
+        once(
+            "creating the run's Secret",
+            self.api::<Secret>().create(&PostParams::default(), secret),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn create_job(&self, job: &Job) -> Result<Job, ExecutorError> {
+        once(
+            "creating the run's Job",
+            self.api::<Job>().create(&PostParams::default(), job),
+        )
+        .await
+    }
+
+    async fn own_secret(&self, name: &str, owner: &OwnerReference) -> Result<(), ExecutorError> {
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
+        let api = self.api::<Secret>();
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        retry("giving the Secret to its Job", || {
+            api.patch(name, &pp, &patch)
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn list_pods(&self, selector: &str) -> Result<(Vec<Pod>, String), ExecutorError> {
+        let api = self.api::<Pod>();
+        let lp = ListParams::default().labels(selector);
+        let list = retry("listing pods", || api.list(&lp)).await?;
+        Ok((
+            list.items,
+            list.metadata.resource_version.unwrap_or_default(),
+        ))
+    }
+
+    async fn watch_pods(
+        &self,
+        selector: &str,
+        resource_version: &str,
+    ) -> Result<PodEvents, ExecutorError> {
+        let api = self.api::<Pod>();
+        let wp = WatchParams::default().labels(selector).timeout(290);
+        let stream = retry("watching pods", || api.watch(&wp, resource_version)).await?;
+        Ok(stream
+            .map_err(|e| ExecutorError::backend("watching pods", describe(&e)))
+            .boxed())
+    }
+
+    async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError> {
+        let api = self.api::<Pod>();
+        retry("reading the pod", || api.get_opt(name)).await
+    }
+
+    async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError> {
+        let api = self.api::<Event>();
+        let lp = ListParams::default().fields(&format!("involvedObject.name={pod}"));
+        Ok(retry("listing the pod's events", || api.list(&lp))
+            .await?
+            .items)
+    }
+
+    async fn exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        stdin: bool,
+    ) -> Result<ExecConnection, ExecutorError> {
+        let ap = AttachParams::default()
+            .container(container)
+            .stdin(stdin)
+            .stdout(true)
+            .stderr(true);
+        let request =
+            kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", self.namespace))
+                .exec(pod, argv.iter().cloned(), &ap)
+                .map_err(|e| ExecutorError::backend("building an exec request", e))?;
+        let connection = retry("starting an exec", || self.client.connect(request.clone())).await?;
+        let v5 = connection.supports_stream_close();
+        Ok(ExecConnection {
+            socket: Box::pin(connection.into_stream()),
+            v5,
+        })
+    }
+
+    async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
+        let api = self.api::<Job>();
+        let dp = DeleteParams::foreground();
+        match api.delete(name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(_) => {
+                retry("deleting the Job", || async {
+                    match api.delete(name, &dp).await {
+                        Err(e) if is_not_found(&e) => Ok(()),
+                        other => other.map(|_| ()),
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    async fn delete_secret(&self, name: &str) -> Result<(), ExecutorError> {
+        let api = self.api::<Secret>();
+        retry("deleting the Secret", || async {
+            match api.delete(name, &DeleteParams::default()).await {
+                Err(e) if is_not_found(&e) => Ok(()),
+                other => other.map(|_| ()),
+            }
+        })
+        .await
+    }
+
+    async fn list_jobs(&self, selector: &str) -> Result<Vec<Job>, ExecutorError> {
+        let api = self.api::<Job>();
+        let lp = ListParams::default().labels(selector);
+        Ok(retry("listing Jobs", || api.list(&lp)).await?.items)
+    }
+
+    async fn list_secrets(&self, selector: &str) -> Result<Vec<Secret>, ExecutorError> {
+        let api = self.api::<Secret>();
+        let lp = ListParams::default().labels(selector);
+        Ok(retry("listing Secrets", || api.list(&lp)).await?.items)
+    }
+}

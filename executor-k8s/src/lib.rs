@@ -1,0 +1,121 @@
+//! The Kubernetes backend of [`executor_core`]: each run is one `batch/v1`
+//! Job on the user's cluster, its one pod runs a container that only waits,
+//! and every step is one exec of `sh -ec <script>` in it. The runner stays
+//! outside the cluster: the checkout and `/outputs` travel as tar over
+//! exec, so the cluster needs no volume or object store, and deleting the
+//! Job lets a cluster that scales to zero give its node back.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use executor_core::{run, RunLog, RunSpec, Step};
+//! use executor_k8s::{K8sExecutor, K8sOptions, KubeconfigSource};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let executor = K8sExecutor::connect(&KubeconfigSource::default(), K8sOptions::default()).await?;
+//! let spec = RunSpec::new("build-1", "did:plc:runner", "checkout", "outputs")
+//!     .image("busybox:1.36")
+//!     .step(Step::new("hello", "echo hello from $(hostname)"));
+//! let result = run(&executor, &spec, &RunLog::stdout(), CancellationToken::new()).await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod cluster;
+mod dry_run;
+mod exec;
+mod executor;
+mod job;
+mod kube_cluster;
+mod wait;
+mod yaml;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use executor_core::tar::UnpackLimits;
+use executor_core::ExecutorError;
+
+pub use dry_run::{calls as dry_run_calls, DryRunCluster, DRY_POD_SUFFIX};
+pub use executor::K8sExecutor;
+pub use job::{runner_selector, CONTAINER};
+pub use kube_cluster::{KubeCluster, KubeconfigSource};
+pub use wait::{pod_state, PodState};
+
+/// Settings of the Kubernetes executor; `Default` is what `runner-cli` uses without flags.
+#[derive(Debug, Clone)]
+pub struct K8sOptions {
+    /// `resources.requests.cpu`, e.g. `500m`.
+    pub cpu_request: Option<String>,
+    /// `resources.limits.cpu`.
+    pub cpu_limit: Option<String>,
+    /// `resources.requests.memory`, e.g. `512Mi`.
+    pub memory_request: Option<String>,
+    /// `resources.limits.memory`.
+    pub memory_limit: Option<String>,
+    /// `nodeSelector` entries.
+    pub node_selector: Vec<(String, String)>,
+    /// `tolerations`, as Kubernetes objects.
+    pub tolerations: Vec<serde_json::Value>,
+    /// `serviceAccountName`.
+    pub service_account: Option<String>,
+    /// One `imagePullSecrets` entry.
+    pub image_pull_secret: Option<String>,
+    /// Required pod anti-affinity against every other run's pod on
+    /// `kubernetes.io/hostname`: a node to itself.
+    pub isolate: bool,
+    /// How long the pod may take to be Ready (a node may be rented meanwhile).
+    pub pod_timeout: Duration,
+    /// Added to the run timeout for `activeDeadlineSeconds` and the expiry.
+    pub grace: Duration,
+    /// `ttlSecondsAfterFinished`: the cluster's own clean-up of a Job that ended.
+    pub ttl_after_finished: Duration,
+    /// How long stop waits for the pod to be gone.
+    pub stop_timeout: Duration,
+    /// How often a silent exec is pinged.
+    pub keepalive: Duration,
+    /// Caps on what `/outputs` may bring back.
+    pub unpack_limits: UnpackLimits,
+}
+
+impl Default for K8sOptions {
+    fn default() -> Self {
+        K8sOptions {
+            cpu_request: None,
+            cpu_limit: None,
+            memory_request: None,
+            memory_limit: None,
+            node_selector: Vec::new(),
+            tolerations: Vec::new(),
+            service_account: None,
+            image_pull_secret: None,
+            isolate: false,
+            pod_timeout: Duration::from_secs(600),
+            grace: Duration::from_secs(300),
+            ttl_after_finished: Duration::from_secs(600),
+            stop_timeout: Duration::from_secs(120),
+            keepalive: Duration::from_secs(20),
+            unpack_limits: UnpackLimits::default(),
+        }
+    }
+}
+
+impl K8sExecutor {
+    /// Connects as kubectl would; an unreachable server or a refused
+    /// credential is an error naming the server.
+    pub async fn connect(
+        source: &KubeconfigSource,
+        options: K8sOptions,
+    ) -> Result<Self, ExecutorError> {
+        let cluster = KubeCluster::connect(source).await?;
+        Ok(Self::with_cluster(Arc::new(cluster), options))
+    }
+
+    /// An executor that prints the Job and every call, and contacts nothing.
+    pub fn dry_run(
+        namespace: &str,
+        options: K8sOptions,
+        out: impl std::io::Write + Send + 'static,
+    ) -> Self {
+        Self::with_cluster(Arc::new(DryRunCluster::new(namespace, out)), options)
+    }
+}

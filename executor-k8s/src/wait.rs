@@ -1,0 +1,251 @@
+//! Waiting on the run's pod: Ready (with progress while a node is rented,
+//! failing fast on what will not heal) and gone.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use executor_core::{ExecutorError, RunLog};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::WatchEvent;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::Cluster;
+
+/// Waiting reasons that will not heal by waiting longer.
+const FATAL_WAITING: &[&str] = &[
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+/// How often a long wait reports that it is still waiting.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// What a pod's status says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Running and Ready.
+    Ready,
+    /// Still coming; the summary says where it is.
+    Pending(String),
+    /// Will never run; the reason says why.
+    Fatal(String),
+}
+
+/// Reads a pod's status.
+pub fn pod_state(pod: &Pod) -> PodState {
+    let Some(status) = &pod.status else {
+        return PodState::Pending("no status yet".into());
+    };
+    let phase = status.phase.as_deref().unwrap_or("Pending");
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let waiting = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.state.as_ref()?.waiting.clone());
+    let terminated = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.clone());
+    match phase {
+        "Failed" | "Succeeded" => {
+            let reason = status
+                .reason
+                .clone()
+                .or_else(|| terminated.as_ref().and_then(|t| t.reason.clone()))
+                .unwrap_or_else(|| phase.to_string());
+            let message = status.message.clone().unwrap_or_default();
+            return PodState::Fatal(
+                format!("the pod ended ({phase}): {reason} {message}")
+                    .trim()
+                    .to_string(),
+            );
+        }
+        "Running"
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True") =>
+        {
+            return PodState::Ready
+        }
+        _ => {}
+    }
+    if let Some(w) = &waiting {
+        let reason = w.reason.clone().unwrap_or_default();
+        if FATAL_WAITING.contains(&reason.as_str()) {
+            return PodState::Fatal(
+                format!("{reason}: {}", w.message.clone().unwrap_or_default())
+                    .trim_end_matches(": ")
+                    .to_string(),
+            );
+        }
+        return PodState::Pending(format!("{phase}, {reason}"));
+    }
+    if let Some(c) = conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    {
+        return PodState::Pending(format!(
+            "{phase}, not scheduled: {} {}",
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default()
+        ));
+    }
+    PodState::Pending(phase.to_string())
+}
+
+/// Waits until the pod of `selector` is Ready and returns its name.
+///
+/// A long Pending is normal while the cluster rents a node: its phase,
+/// reasons and events go to the log as they change, with the time waited.
+/// Reasons that will not heal end the wait at once; an Unschedulable pod
+/// fails only at `timeout`.
+pub async fn ready(
+    cluster: &dyn Cluster,
+    selector: &str,
+    timeout: Duration,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+) -> Result<String, ExecutorError> {
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_summary = String::new();
+    let mut seen_events = HashSet::new();
+    let mut pod_name: Option<String> = None;
+    let mut progress =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    loop {
+        let (pods, rv) = cluster.list_pods(selector).await?;
+        let check = |pod: &Pod,
+                     pod_name: &mut Option<String>,
+                     last: &mut String|
+         -> Option<Result<String, ExecutorError>> {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            *pod_name = Some(name.clone());
+            match pod_state(pod) {
+                PodState::Ready => Some(Ok(name)),
+                PodState::Fatal(reason) => Some(Err(ExecutorError::backend(
+                    format!("starting pod {name}"),
+                    reason,
+                ))),
+                PodState::Pending(summary) => {
+                    if summary != *last {
+                        log.line(&format!(
+                            "pod {name}: {summary} (waited {}s)",
+                            started.elapsed().as_secs()
+                        ));
+                        *last = summary;
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(pod) = pods.first() {
+            if let Some(done) = check(pod, &mut pod_name, &mut last_summary) {
+                return done;
+            }
+        }
+        let mut events = cluster.watch_pods(selector, &rv).await?;
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(WatchEvent::Added(pod))) | Some(Ok(WatchEvent::Modified(pod))) => {
+                        if let Some(done) = check(&pod, &mut pod_name, &mut last_summary) {
+                            return done;
+                        }
+                        report_events(cluster, pod_name.as_deref(), &mut seen_events, log).await;
+                    }
+                    Some(Ok(WatchEvent::Deleted(pod))) => {
+                        return Err(ExecutorError::EnvironmentLost(format!(
+                            "pod {} was deleted while starting",
+                            pod.metadata.name.unwrap_or_default()
+                        )));
+                    }
+                    Some(Ok(_)) => {}
+                    // The watch ended or broke: list again and watch on.
+                    Some(Err(_)) | None => break,
+                },
+                _ = progress.tick() => {
+                    report_events(cluster, pod_name.as_deref(), &mut seen_events, log).await;
+                    log.line(&format!(
+                        "still waiting for the pod to be ready after {}s: {}",
+                        started.elapsed().as_secs(),
+                        if last_summary.is_empty() { "no pod yet" } else { &last_summary }
+                    ));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(ExecutorError::backend(
+                        "starting the pod",
+                        format!(
+                            "not ready within the pod timeout of {}s: {}",
+                            timeout.as_secs(),
+                            if last_summary.is_empty() { "no pod was created" } else { &last_summary }
+                        ),
+                    ));
+                }
+                _ = interrupt.cancelled() => return Err(ExecutorError::Interrupted),
+            }
+        }
+    }
+}
+
+async fn report_events(
+    cluster: &dyn Cluster,
+    pod: Option<&str>,
+    seen: &mut HashSet<String>,
+    log: &RunLog,
+) {
+    let Some(pod) = pod else { return };
+    let Ok(events) = cluster.pod_events(pod).await else {
+        return;
+    };
+    for e in events {
+        let key = e.metadata.name.clone().unwrap_or_default();
+        if seen.insert(key) {
+            log.line(&format!(
+                "event {} {}: {}",
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            ));
+        }
+    }
+}
+
+/// Waits until no pod matches `selector`, within `timeout`.
+pub async fn gone(
+    cluster: &dyn Cluster,
+    selector: &str,
+    timeout: Duration,
+) -> Result<(), ExecutorError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let (pods, rv) = cluster.list_pods(selector).await?;
+        if pods.is_empty() {
+            return Ok(());
+        }
+        let mut events = cluster.watch_pods(selector, &rv).await?;
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(WatchEvent::Deleted(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(_)) => {}
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+                    return Err(ExecutorError::backend(
+                        "deleting the run's pod",
+                        format!("{} still present {}s after the Job was deleted", names.join(", "), timeout.as_secs()),
+                    ));
+                }
+            }
+        }
+    }
+}

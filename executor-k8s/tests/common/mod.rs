@@ -1,0 +1,73 @@
+//! The test cluster and executor the Kubernetes tests use.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use executor_conformance::Backend;
+use executor_core::{Executor, RunSpec};
+use executor_k8s::{K8sExecutor, K8sOptions, KubeconfigSource};
+use kube_testcluster::{ClusterOptions, TestCluster};
+
+/// The local busybox image `scripts/prepare-engine.sh` imports.
+pub fn image() -> String {
+    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
+}
+
+/// Options for tests: short waits, so a fault shows fast.
+pub fn options() -> K8sOptions {
+    K8sOptions {
+        pod_timeout: Duration::from_secs(60),
+        stop_timeout: Duration::from_secs(60),
+        keepalive: Duration::from_secs(1),
+        ..K8sOptions::default()
+    }
+}
+
+/// A test cluster and an executor on it.
+pub struct K8s {
+    pub executor: K8sExecutor,
+    pub cluster: TestCluster,
+}
+
+impl K8s {
+    pub async fn start(cluster: ClusterOptions, options: K8sOptions) -> Self {
+        let cluster = TestCluster::start(cluster)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let source = KubeconfigSource {
+            kubeconfig: Some(cluster.kubeconfig().to_path_buf()),
+            ..KubeconfigSource::default()
+        };
+        let executor = K8sExecutor::connect(&source, options)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        K8s { executor, cluster }
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for K8s {
+    fn executor(&self) -> &dyn Executor {
+        &self.executor
+    }
+    fn image(&self) -> Option<String> {
+        Some(image())
+    }
+    fn adjust(&self, _spec: &mut RunSpec) {}
+    async fn leftovers(&self, runner: &str) -> Vec<String> {
+        let mut found = self
+            .executor
+            .leftovers(runner)
+            .await
+            .unwrap_or_else(|e| vec![format!("cannot list: {e}")]);
+        // Pods of any Job, in case labels were lost.
+        found.extend(
+            self.cluster
+                .pods("default")
+                .into_iter()
+                .map(|p| format!("pod/{p}")),
+        );
+        found
+    }
+}

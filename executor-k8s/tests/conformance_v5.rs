@@ -1,0 +1,13 @@
+//! The shared conformance suite on the Kubernetes executor, against the
+//! test cluster speaking `v5.channel.k8s.io`.
+
+mod common;
+
+use executor_conformance::conformance_tests;
+use kube_testcluster::ClusterOptions;
+
+async fn k8s() -> common::K8s {
+    common::K8s::start(ClusterOptions::default(), common::options()).await
+}
+
+conformance_tests!(k8s);
