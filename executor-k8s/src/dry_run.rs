@@ -19,6 +19,8 @@ use crate::cluster::{Cluster, ExecConnection, PodEvents};
 pub struct DryRunCluster {
     namespace: String,
     out: Arc<Mutex<Box<dyn Write + Send>>>,
+    /// Whether the Job was deleted: from then on its pod is gone.
+    job_deleted: std::sync::atomic::AtomicBool,
 }
 
 /// The name the dry-run gives the run's pod.
@@ -30,6 +32,7 @@ impl DryRunCluster {
         DryRunCluster {
             namespace: namespace.into(),
             out: Arc::new(Mutex::new(Box::new(out))),
+            job_deleted: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -88,6 +91,8 @@ impl Cluster for DryRunCluster {
     }
     async fn create_job(&self, job: &Job) -> Result<Job, ExecutorError> {
         self.say(format!("POST /apis/batch/v1/namespaces/{}/jobs", self.ns()));
+        self.job_deleted
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         let value = serde_json::to_value(job).unwrap_or_default();
         self.say("---");
         self.say(crate::yaml::to_yaml(&value).trim_end());
@@ -108,8 +113,10 @@ impl Cluster for DryRunCluster {
             "GET /api/v1/namespaces/{}/pods?labelSelector={selector}",
             self.ns()
         ));
-        // The pod is Ready while the run lives and gone once stopped; the
-        // dry-run cannot know which is asked, so it answers Ready first.
+        // The pod is Ready while the run lives and gone once its Job is deleted.
+        if self.job_deleted.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok((Vec::new(), "2".into()));
+        }
         let job = selector.strip_prefix("job-name=").unwrap_or(selector);
         Ok((
             vec![ready_pod(&format!("{job}{DRY_POD_SUFFIX}"))],
@@ -165,6 +172,8 @@ impl Cluster for DryRunCluster {
             "DELETE /apis/batch/v1/namespaces/{}/jobs/{name} (propagationPolicy: Foreground)",
             self.ns()
         ));
+        self.job_deleted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
     async fn delete_secret(&self, name: &str) -> Result<(), ExecutorError> {

@@ -212,11 +212,27 @@ impl K8sExecutor {
         .await
     }
 
+    /// Whether the pod's container still runs commands.
+    async fn answers(&self, pod: &str) -> bool {
+        self.exec_checked(
+            pod,
+            vec!["true".into()],
+            None,
+            &mut tokio::io::sink(),
+            "probing the pod",
+        )
+        .await
+        .is_ok()
+    }
+
     /// Why a step's exec ended without a status: what happened to the pod.
     async fn pod_fate(&self, pod: &str) -> Option<String> {
         match self.cluster.get_pod(pod).await {
             Ok(None) => Some(format!("pod {pod} was deleted")),
             Ok(Some(p)) => {
+                if p.metadata.deletion_timestamp.is_some() {
+                    return Some(format!("pod {pod} was deleted"));
+                }
                 let status = p.status?;
                 if let Some(reason) = status
                     .reason
@@ -402,8 +418,16 @@ impl Executor for K8sExecutor {
         match ended {
             Ended::Exited(code) => {
                 if code == 137 {
+                    // SIGKILL: the step's own OOM kill, or the pod dying under it.
+                    // Its status may lag the kill; an exec that no longer runs tells.
                     if let Some(fate) = self.pod_fate(&live.pod).await {
                         return Err(ExecutorError::EnvironmentLost(fate));
+                    }
+                    if !self.answers(&live.pod).await {
+                        let fate = self.pod_fate(&live.pod).await;
+                        return Err(ExecutorError::EnvironmentLost(fate.unwrap_or_else(|| {
+                            format!("pod {}'s container stopped while the step ran", live.pod)
+                        })));
                     }
                 }
                 Ok(CommandOutcome::exited(code))

@@ -1,0 +1,451 @@
+//! Every fault the test cluster can inject, a killed runner, bad
+//! credentials, and the dry-run against a real run.
+
+mod common;
+
+use std::time::Duration;
+
+use common::K8s;
+use executor_conformance::fixture::{
+    assert_nothing_left, run_to_end, run_watched, Fixture, WatchedLog,
+};
+use executor_core::{CleanupScope, Executor, RunLog, RunStatus, Step, StepStatus};
+use executor_k8s::{K8sExecutor, K8sOptions, KubeconfigSource};
+use kube_testcluster::{ClusterOptions, ImagePullFault, KubeconfigAuth, PodFault};
+use tokio_util::sync::CancellationToken;
+
+async fn k8s() -> K8s {
+    K8s::start(ClusterOptions::default(), common::options()).await
+}
+
+fn error_of(result: &executor_core::RunResult) -> String {
+    result.error.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_pending_pod_is_waited_for_with_progress() {
+    let backend = k8s().await;
+    backend.cluster.faults().pending_for(Duration::from_secs(2));
+    let fx = Fixture::new("pending");
+    let spec = fx
+        .spec(&backend, "pending")
+        .step(Step::new("hi", "echo scheduled-at-last"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    let text = log.text();
+    assert!(text.contains("not scheduled: Unschedulable"), "{text}");
+    assert!(text.contains("event Warning FailedScheduling"), "{text}");
+    assert!(text.contains("TriggeredScaleUp"), "{text}");
+    assert!(text.contains("waited "), "{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unschedulable_pod_fails_at_the_pod_timeout() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            pod_timeout: Duration::from_secs(3),
+            ..common::options()
+        },
+    )
+    .await;
+    backend.cluster.faults().unschedulable(true);
+    let fx = Fixture::new("unschedulable");
+    let spec = fx
+        .spec(&backend, "unschedulable")
+        .step(Step::new("never", "true"));
+    let (result, _) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Error);
+    let error = error_of(&result);
+    assert!(
+        error.contains("pod timeout of 3s") && error.contains("Unschedulable"),
+        "{error}"
+    );
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_failures_fail_fast_with_the_reason() {
+    for (fault, image, reason) in [
+        (Some(ImagePullFault::BackOff), None, "ErrImagePull"),
+        (None, Some("knotless-no-such-image:nope"), "ErrImagePull"),
+        (Some(ImagePullFault::InvalidName), None, "InvalidImageName"),
+    ] {
+        let backend = K8s::start(
+            ClusterOptions::default(),
+            K8sOptions {
+                pod_timeout: Duration::from_secs(600),
+                ..common::options()
+            },
+        )
+        .await;
+        backend.cluster.faults().image_pull(fault);
+        let fx = Fixture::new("imagepull");
+        let mut spec = fx
+            .spec(&backend, "image-pull")
+            .step(Step::new("never", "true"));
+        if let Some(image) = image {
+            spec.image = Some(image.into());
+        }
+        // Fails fast: far inside the 600 s pod timeout, or this bound trips.
+        let (result, _) =
+            tokio::time::timeout(Duration::from_secs(60), run_to_end(&backend, &spec))
+                .await
+                .expect("failed fast");
+        assert_eq!(result.status, RunStatus::Error);
+        assert!(error_of(&result).contains(reason), "{}", error_of(&result));
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+}
+
+/// Runs a step that announces itself, applies `fault` to the pod then,
+/// and returns the result.
+async fn fault_mid_step(fault: PodFault) -> (executor_core::RunResult, String) {
+    let backend = k8s().await;
+    let fx = Fixture::new("midstep");
+    let spec = fx
+        .spec(&backend, "mid-step")
+        .step(Step::new("victim", "echo victim-running; exec sleep 600"))
+        .step(Step::new("after", "true"));
+    let log = WatchedLog::default();
+    let strike = async {
+        log.wait_for("victim-running").await;
+        let pod = backend.cluster.pods("default").pop().unwrap();
+        backend.cluster.pod_fault("default", &pod, fault).await;
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        strike
+    );
+    assert_nothing_left(&backend, &fx.runner).await;
+    let step_error = result.steps[0].error.clone().unwrap_or_default();
+    assert_eq!(result.steps[0].status, StepStatus::Error, "{}", log.text());
+    assert_eq!(result.steps[1].status, StepStatus::Skipped);
+    (result, step_error)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_oom_killed_mid_step_ends_the_step_with_the_reason() {
+    let (result, error) = fault_mid_step(PodFault::OomKill).await;
+    assert_eq!(result.status, RunStatus::Error);
+    assert!(error.contains("OOMKilled"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_evicted_mid_step_ends_the_step_with_the_reason() {
+    let (_, error) = fault_mid_step(PodFault::Evict).await;
+    assert!(error.contains("evicted"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_mid_step_ends_the_step_with_the_reason() {
+    let (_, error) = fault_mid_step(PodFault::Delete).await;
+    assert!(error.contains("was deleted"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
+    let backend = k8s().await;
+    let fx = Fixture::new("cut");
+    let spec = fx
+        .spec(&backend, "cut")
+        .step(Step::new("cut", "echo first-words; exec sleep 600"));
+    // Start, then cut only the step's exec.
+    let handle = backend
+        .executor
+        .start(&spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+    backend.cluster.faults().cut_next_exec();
+    let command = executor_core::StepCommand {
+        name: "cut".into(),
+        script: spec.steps[0].script.clone(),
+        env: handle.standard_env(),
+    };
+    let err = backend
+        .executor
+        .command(
+            &handle,
+            &command,
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, executor_core::ExecutorError::LostExitStatus { .. }),
+        "{err}"
+    );
+    backend.executor.stop(&handle).await.unwrap();
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_silent_step_survives_an_idle_connection_timeout() {
+    let backend = k8s().await;
+    backend
+        .cluster
+        .faults()
+        .idle_websocket_timeout(Some(Duration::from_secs(2)));
+    let fx = Fixture::new("silent");
+    // Silent for longer than the idle timeout; the executor's pings keep it alive.
+    let spec = fx
+        .spec(&backend, "silent")
+        .step(Step::new("quiet", "sleep 4; echo still-here"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("still-here"));
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn safe_calls_are_retried_and_a_failed_create_is_a_clear_error() {
+    let backend = k8s().await;
+    let fx = Fixture::new("retry");
+    backend
+        .cluster
+        .faults()
+        .fail_requests("GET", "/pods", 500, 2);
+    backend
+        .cluster
+        .faults()
+        .fail_requests("GET", "/pods", 429, 1);
+    let spec = fx
+        .spec(&backend, "retry")
+        .step(Step::new("ok", "echo retried-fine"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+
+    backend
+        .cluster
+        .faults()
+        .fail_requests("POST", "/jobs", 500, 1);
+    let (result, _) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Error);
+    let error = error_of(&result);
+    assert!(
+        error.contains("creating the run's Job") && error.contains("HTTP 500"),
+        "{error}"
+    );
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variables_go_through_a_secret_owned_by_the_job_and_never_into_the_log() {
+    let backend = k8s().await;
+    let fx = Fixture::new("secret");
+    let spec = fx
+        .spec(&backend, "secret")
+        .env("API_TOKEN", "s3cr3t-run-value")
+        .step(
+            // The expected values are assembled at run time so that the
+            // script itself, which does go into the exec URL, holds none.
+            Step::new(
+                "use",
+                "p=s3cr3; [ \"$API_TOKEN\" = \"${p}t-run-value\" ] && [ \"$STEP_ONLY\" = \"${p}t-step-value\" ] && echo vars-arrived",
+            )
+            .env("STEP_ONLY", "s3cr3t-step-value"),
+        );
+    let log = WatchedLog::default();
+    let inspect = async {
+        log.wait_for("vars-arrived").await;
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        inspect
+    );
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(
+        !log.text().contains("s3cr3t"),
+        "a secret value reached the log"
+    );
+    let requests = backend.cluster.requests();
+    assert!(
+        requests.iter().all(|r| !r.query.contains("s3cr3t")),
+        "a secret value went into a URL"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.method == "PATCH" && r.path.contains("/secrets/")),
+        "the Secret was given to the Job"
+    );
+    assert!(backend.cluster.secrets("default").is_empty());
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runners_job_is_removed_by_the_next_cleanup_and_no_other() {
+    let backend = k8s().await;
+    let fx = Fixture::new("crashed");
+    let other = Fixture::new("bystander");
+    let spec = fx.spec(&backend, "crashed").env("K", "v");
+    let source = KubeconfigSource {
+        kubeconfig: Some(backend.cluster.kubeconfig().to_path_buf()),
+        ..Default::default()
+    };
+    // A runner that starts a run and dies before stopping it.
+    let crashed = K8sExecutor::connect(&source, common::options())
+        .await
+        .unwrap();
+    crashed
+        .start(&spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+    drop(crashed);
+    // Another runner's live run.
+    let other_spec = other.spec(&backend, "bystander");
+    let other_handle = backend
+        .executor
+        .start(&other_spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+
+    let next = K8sExecutor::connect(&source, common::options())
+        .await
+        .unwrap();
+    assert!(
+        next.cleanup(&fx.runner, CleanupScope::Expired)
+            .await
+            .unwrap()
+            .removed
+            .is_empty(),
+        "not expired yet"
+    );
+    let report = next.cleanup(&fx.runner, CleanupScope::All).await.unwrap();
+    assert_eq!(report.removed.len(), 1, "{report:?}");
+    assert!(next.leftovers(&fx.runner).await.unwrap().is_empty());
+    assert!(
+        !next.leftovers(&other.runner).await.unwrap().is_empty(),
+        "another runner's run was touched"
+    );
+    backend.executor.stop(&other_handle).await.unwrap();
+    assert!(backend
+        .executor
+        .leftovers(&other.runner)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_and_unreachable_servers_are_clear_errors() {
+    let cluster = kube_testcluster::TestCluster::start(ClusterOptions::default())
+        .await
+        .unwrap();
+    for auth in [KubeconfigAuth::StrangerCert, KubeconfigAuth::BadToken] {
+        let source = KubeconfigSource {
+            kubeconfig: Some(cluster.kubeconfig_with(auth).unwrap()),
+            ..Default::default()
+        };
+        let err = K8sExecutor::connect(&source, common::options())
+            .await
+            .err()
+            .expect("refused");
+        let msg = err.to_string();
+        assert!(msg.contains(cluster.url()), "{auth:?}: {msg}");
+    }
+    let url = cluster.url().to_string();
+    let kubeconfig = cluster.kubeconfig().to_path_buf();
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    cluster.shutdown().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("kubeconfig-gone");
+    std::fs::write(&gone, text).unwrap();
+    let source = KubeconfigSource {
+        kubeconfig: Some(gone),
+        ..Default::default()
+    };
+    let err = K8sExecutor::connect(&source, common::options())
+        .await
+        .err()
+        .expect("unreachable");
+    assert!(
+        err.to_string().contains(&url) && err.to_string().contains("did not answer"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_run_makes_the_calls_its_dry_run_printed() {
+    let backend = k8s().await;
+    let fx = Fixture::new("dryrun");
+    std::fs::write(fx.checkout().join("f"), "x").unwrap();
+    let spec = fx
+        .spec(&backend, "dry-run")
+        .env("TOKEN", "never-printed")
+        .step(Step::new("one", "echo one > \"$OUTPUTS_DIR/one.txt\""))
+        .step(Step::new("two", "true"));
+    // The dry-run. It cannot know the cluster's exec protocol; it assumes v5.
+    let printed = SharedBuf::default();
+    let dry = K8sExecutor::dry_run("default", common::options(), printed.clone());
+    let dry_result =
+        executor_core::run(&dry, &spec, &RunLog::discard(), CancellationToken::new()).await;
+    assert_eq!(dry_result.status, RunStatus::Success);
+    let text = printed.text();
+    assert!(
+        text.contains("kind: Job") && text.contains("backoffLimit: 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("never-printed"),
+        "a secret value was printed"
+    );
+
+    backend.cluster.clear_requests();
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(
+        result.status,
+        RunStatus::Success,
+        "{}\n{}",
+        result.to_json(),
+        log.text()
+    );
+    let normalize = |path: &str| {
+        // Names differ between the two runs: the Job's random suffix and the pod's.
+        let mut out = Vec::new();
+        for part in path.split('/') {
+            out.push(if part.starts_with("knotless-dry-run-") {
+                "NAME"
+            } else {
+                part
+            });
+        }
+        out.join("/")
+    };
+    let expected: Vec<(String, String)> = executor_k8s::dry_run_calls(&text)
+        .into_iter()
+        .map(|(m, p)| (m, normalize(&p)))
+        .collect();
+    let mut actual: Vec<(String, String)> = backend
+        .cluster
+        .requests()
+        .into_iter()
+        .filter(|r| r.path != "/version")
+        .map(|r| (r.method, normalize(&r.path)))
+        .collect();
+    // The one-time protocol probe of a fresh executor is a call the dry-run also prints.
+    actual.dedup_by(|a, b| a == b && a.1.ends_with("/pods") && a.0 == "GET");
+    let mut expected_dedup = expected.clone();
+    expected_dedup.dedup_by(|a, b| a == b && a.1.ends_with("/pods") && a.0 == "GET");
+    assert_eq!(actual, expected_dedup, "\ndry-run printed:\n{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[derive(Clone, Default)]
+struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+impl SharedBuf {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
