@@ -117,6 +117,81 @@ pub struct RunArgs {
     pub shell_root: Option<PathBuf>,
     #[command(flatten)]
     pub docker: DockerArgs,
+    #[command(flatten)]
+    pub k8s: K8sArgs,
+}
+
+/// Flags of the k8s executor.
+#[derive(Debug, Args, Default, Clone)]
+pub struct K8sArgs {
+    /// Kubeconfig file; default KUBECONFIG, then ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; default the current context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace; default the context's, then `default`.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// CPU request of the run's pod, e.g. 500m.
+    #[arg(long)]
+    pub cpu_request: Option<String>,
+    /// CPU limit of the run's pod.
+    #[arg(long)]
+    pub cpu_limit: Option<String>,
+    /// Memory request of the run's pod, e.g. 512Mi.
+    #[arg(long)]
+    pub memory_request: Option<String>,
+    /// Memory limit of the run's pod.
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// A node selector entry (repeatable).
+    #[arg(long = "node-selector", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub node_selector: Vec<(String, String)>,
+    /// A toleration (repeatable): KEY[=VALUE]:EFFECT, e.g. dedicated=ci:NoSchedule.
+    #[arg(long = "toleration", value_name = "KEY[=VALUE]:EFFECT", value_parser = parse_toleration)]
+    pub tolerations: Vec<serde_json::Value>,
+    /// Service account of the run's pod.
+    #[arg(long)]
+    pub service_account: Option<String>,
+    /// Image pull secret of the run's pod.
+    #[arg(long)]
+    pub image_pull_secret: Option<String>,
+    /// Give the run a node to itself (required pod anti-affinity); on by
+    /// default for --trigger pull.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub isolate: Option<bool>,
+    /// How long the pod may take to be ready (renting a node counts).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub pod_timeout: Duration,
+}
+
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    let (k, v) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))?;
+    if k.is_empty() {
+        return Err(format!("{text:?} has an empty key"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// `key[=value]:Effect` as a Kubernetes toleration.
+pub fn parse_toleration(text: &str) -> Result<serde_json::Value, String> {
+    let (kv, effect) = text.rsplit_once(':').ok_or_else(|| {
+        format!("{text:?} is not KEY[=VALUE]:EFFECT (e.g. dedicated=ci:NoSchedule)")
+    })?;
+    if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+        return Err(format!(
+            "toleration effect {effect:?} must be NoSchedule, PreferNoSchedule or NoExecute"
+        ));
+    }
+    Ok(match kv.split_once('=') {
+        Some((k, v)) => {
+            serde_json::json!({"key": k, "operator": "Equal", "value": v, "effect": effect})
+        }
+        None => serde_json::json!({"key": kv, "operator": "Exists", "effect": effect}),
+    })
 }
 
 /// Flags of the docker executor.
@@ -179,6 +254,8 @@ pub struct CleanupArgs {
     /// Folder for the shell executor's run folders.
     #[arg(long, env = "RUNNER_SHELL_ROOT")]
     pub shell_root: Option<PathBuf>,
+    #[command(flatten)]
+    pub k8s: K8sArgs,
 }
 
 /// `90`, `90s`, `15m`, `2h`, `1h30m`.
@@ -237,5 +314,14 @@ mod tests {
         assert_eq!(parse_bytes("2G"), Ok(2 << 30));
         assert_eq!(parse_bytes("100"), Ok(100));
         assert!(parse_bytes("lots").is_err());
+        assert_eq!(
+            parse_toleration("dedicated=ci:NoSchedule").unwrap()["operator"],
+            "Equal"
+        );
+        assert_eq!(
+            parse_toleration("gpu:NoExecute").unwrap()["operator"],
+            "Exists"
+        );
+        assert!(parse_toleration("gpu:Sometimes").is_err());
     }
 }

@@ -5,14 +5,18 @@ use std::path::PathBuf;
 use anyhow::bail;
 use executor_core::Executor;
 use executor_docker::{DockerExecutor, DockerOptions, PullPolicy};
+use executor_k8s::{K8sExecutor, K8sOptions, KubeconfigSource};
 use executor_shell::{Plan, ShellExecutor};
 
-use crate::args::{DockerArgs, ExecutorKind, Pull};
+use crate::args::{DockerArgs, ExecutorKind, K8sArgs, Pull};
 
 /// Options every backend may look at.
 pub struct BackendOptions<'a> {
     pub shell_root: Option<PathBuf>,
     pub docker: &'a DockerArgs,
+    pub k8s: &'a K8sArgs,
+    /// Whether the run is untrusted (pull or queue trigger).
+    pub untrusted: bool,
     pub dry_run: bool,
 }
 
@@ -54,9 +58,50 @@ pub async fn build(
                 .map(|e| Box::new(e) as Box<dyn Executor>)
                 .map_err(|e| BuildError::Infrastructure(e.into()))
         }
-        ExecutorKind::K8s => Err(BuildError::Input(anyhow::anyhow!(
-            "the k8s executor is not built into this runner-cli yet; use --executor docker or shell"
-        ))),
+        ExecutorKind::K8s => {
+            let options = k8s_options(opts.k8s, opts.untrusted);
+            if opts.dry_run {
+                let ns = opts
+                    .k8s
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                return Ok(Box::new(K8sExecutor::dry_run(
+                    &ns,
+                    options,
+                    std::io::stdout(),
+                )));
+            }
+            let source = KubeconfigSource {
+                kubeconfig: opts.k8s.kubeconfig.clone(),
+                context: opts.k8s.context.clone(),
+                namespace: opts.k8s.namespace.clone(),
+            };
+            match K8sExecutor::connect(&source, options).await {
+                Ok(e) => Ok(Box::new(e)),
+                Err(e @ executor_core::ExecutorError::InvalidInput(_)) => {
+                    Err(BuildError::Input(e.into()))
+                }
+                Err(e) => Err(BuildError::Infrastructure(e.into())),
+            }
+        }
+    }
+}
+
+fn k8s_options(args: &K8sArgs, untrusted: bool) -> K8sOptions {
+    K8sOptions {
+        cpu_request: args.cpu_request.clone(),
+        cpu_limit: args.cpu_limit.clone(),
+        memory_request: args.memory_request.clone(),
+        memory_limit: args.memory_limit.clone(),
+        node_selector: args.node_selector.clone(),
+        tolerations: args.tolerations.clone(),
+        service_account: args.service_account.clone(),
+        image_pull_secret: args.image_pull_secret.clone(),
+        // Untrusted code gets a node to itself unless told otherwise.
+        isolate: args.isolate.unwrap_or(untrusted),
+        pod_timeout: args.pod_timeout,
+        ..K8sOptions::default()
     }
 }
 

@@ -31,6 +31,8 @@ pub async fn run(args: RunArgs) -> i32 {
     let options = BackendOptions {
         shell_root: args.shell_root.clone(),
         docker: &args.docker,
+        k8s: &args.k8s,
+        untrusted: args.trigger == crate::args::Trigger::Pull,
         dry_run: args.dry_run,
     };
     let executor = match backends::build(args.executor, &options).await {
@@ -183,6 +185,8 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
     let options = BackendOptions {
         shell_root: args.shell_root.clone(),
         docker: &docker,
+        k8s: &args.k8s,
+        untrusted: false,
         dry_run: false,
     };
     let executor = match backends::build(args.executor, &options).await {

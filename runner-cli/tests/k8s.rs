@@ -1,0 +1,247 @@
+//! runner-cli on the Kubernetes executor against the test cluster: the
+//! README's example, bad credentials, a runner killed mid-run, the dry-run.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use executor_conformance::fixture::assert_valid_result;
+use executor_core::RunResult;
+use kube_testcluster::{ClusterOptions, KubeconfigAuth, TestCluster};
+use tokio::io::AsyncBufReadExt;
+use tokio::process::Command;
+
+fn image() -> String {
+    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn cli(kubeconfig: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner-cli"));
+    cmd.env("KUBECONFIG", kubeconfig);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_runs_on_k8s_as_the_readme_shows() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(cluster.kubeconfig())
+        .args([
+            "run",
+            "--executor",
+            "k8s",
+            "--image",
+            &image(),
+            "--name",
+            "example",
+            "--runner",
+            "did:plc:example-k8s",
+        ])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .arg("--outputs")
+        .arg(dir.path().join("out"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: RunResult =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
+            .unwrap();
+    assert_valid_result(&r);
+    assert_eq!(r.executor, "k8s");
+    assert!(r
+        .outputs
+        .iter()
+        .any(|o| o.path == "badge.png" && o.media_type == "image/png"));
+    assert!(
+        stdout.contains("exec protocol: v5.channel.k8s.io"),
+        "{stdout}"
+    );
+    assert!(cluster.jobs("default").is_empty() && cluster.pods("default").is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_certificate_or_an_unreachable_server_is_exit_3() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "a\ttrue\n").unwrap();
+    let bad = cluster
+        .kubeconfig_with(KubeconfigAuth::StrangerCert)
+        .unwrap();
+    let run = |kubeconfig: PathBuf| {
+        let mut cmd = cli(&kubeconfig);
+        cmd.args([
+            "run",
+            "--executor",
+            "k8s",
+            "--image",
+            "x",
+            "--name",
+            "n",
+            "--runner",
+            "did:plc:n",
+        ])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--result")
+        .arg(dir.path().join("result.json"));
+        cmd
+    };
+    let out = run(bad).output().await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains(cluster.url()));
+    let kubeconfig_text = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
+    let url = cluster.url().to_string();
+    cluster.shutdown().await;
+    let gone = dir.path().join("kubeconfig");
+    std::fs::write(&gone, kubeconfig_text).unwrap();
+    let out = run(gone).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&url));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_mid_run_leaves_a_job_the_next_cleanup_removes() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let runner = format!("did:plc:killed-k8s-{}", std::process::id());
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "wait\techo runner-is-busy; exec sleep 600\n").unwrap();
+    let mut child = cli(cluster.kubeconfig())
+        .args([
+            "run",
+            "--executor",
+            "k8s",
+            "--image",
+            &image(),
+            "--name",
+            "killed",
+            "--runner",
+            &runner,
+            "--env",
+            "K=V",
+        ])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if line.contains("runner-is-busy") {
+            break;
+        }
+    }
+    child.kill().await.unwrap();
+    assert_eq!(cluster.jobs("default").len(), 1);
+    let cleanup = |force: bool| {
+        let mut cmd = cli(cluster.kubeconfig());
+        cmd.args(["cleanup", "--executor", "k8s", "--runner", &runner]);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd
+    };
+    let out = cleanup(false).output().await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 removed"),
+        "not expired yet"
+    );
+    let out = cleanup(true).output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 removed"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        cluster.jobs("default").is_empty()
+            && cluster.pods("default").is_empty()
+            && cluster.secrets("default").is_empty()
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(&dir.path().join("no-such-kubeconfig"))
+        .args([
+            "run",
+            "--executor",
+            "k8s",
+            "--image",
+            "busybox:1.36",
+            "--name",
+            "example",
+            "--runner",
+            "did:plc:example",
+        ])
+        .args([
+            "--dry-run",
+            "--env",
+            "TOKEN=hunter2",
+            "--trigger",
+            "pull",
+            "--memory-limit",
+            "1Gi",
+        ])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "POST /apis/batch/v1/namespaces/default/jobs",
+        "kind: Job",
+        "backoffLimit: 0",
+        "podAntiAffinity",
+        "automountServiceAccountToken: false",
+        "memory: 1Gi",
+        "TOKEN",
+        "DELETE /apis/batch/v1/namespaces/default/jobs/",
+    ] {
+        assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
+    }
+    assert!(!stdout.contains("hunter2"));
+}
