@@ -245,3 +245,89 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
     }
     assert!(!stdout.contains("hunter2"));
 }
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_files() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let (ca, cert, key) = cluster.credential_files().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tenant.kubeconfig");
+    let run = |ca: &Path, cert: &Path| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(script("tenant-kubeconfig.sh"))
+            .args(["--server", cluster.url(), "--namespace", "default"])
+            .arg("--ca")
+            .arg(ca)
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(&key)
+            .arg("--out")
+            .arg(&out);
+        cmd
+    };
+    let made = run(&ca, &cert).output().await.unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let pods = Command::new("kubectl")
+        .env("KUBECONFIG", &out)
+        .env("HOME", dir.path())
+        .args(["get", "pods"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        pods.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pods.stderr)
+    );
+
+    let missing = run(&ca, &dir.path().join("nope.crt"))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("--cert")
+            && String::from_utf8_lossy(&missing.stderr).contains("does not exist")
+    );
+    let not_pem = dir.path().join("garbage.crt");
+    std::fs::write(&not_pem, "garbage").unwrap();
+    let garbage = run(&not_pem, &cert).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&garbage.stderr).contains("is not a PEM certificate"));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_proof_script_passes_on_the_test_cluster() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let out = Command::new("bash")
+        .arg(script("live-proof.sh"))
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("IMAGE", image())
+        .env("RUNNER_CLI", env!("CARGO_BIN_EXE_runner-cli"))
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("result: success") && stdout.contains("knotless-test-node"),
+        "{stdout}"
+    );
+    cluster.shutdown().await;
+}

@@ -93,6 +93,11 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     if let Some(r) = discovery(&shared, &method, &path) {
         return r;
     }
+    if method == Method::GET
+        && (path == "/api/v1/nodes" || path == format!("/api/v1/nodes/{}", crate::NODE))
+    {
+        return json_response(200, &nodes(&shared, path.ends_with("/nodes")));
+    }
     let Some(route) = parse_route(&path) else {
         if path.starts_with("/api/v1/namespaces/") && path.matches('/').count() == 4 {
             let ns = path.rsplit('/').next().unwrap_or("default");
@@ -178,6 +183,27 @@ async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
         .to_bytes();
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
+}
+
+/// The one node, as a list or alone.
+fn nodes(shared: &Shared, list: bool) -> Value {
+    let (pods, _) = shared.store.list(Kind::Pod, None, &Selector::default());
+    let node = json!({
+        "kind": "Node", "apiVersion": "v1",
+        "metadata": {"name": crate::NODE, "labels": {"kubernetes.io/hostname": crate::NODE, "kubernetes.io/os": "linux"}, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the test kubelet runs pods as containers"}],
+            "nodeInfo": {"kubeletVersion": "v1.32.0-knotless-test", "containerRuntimeVersion": "docker://engine", "osImage": "test cluster", "kernelVersion": "", "architecture": "amd64", "operatingSystem": "linux"},
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "allocatable": {"pods": "110"},
+        },
+        "knotlessPods": pods.len(),
+    });
+    if list {
+        json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": shared.store.resource_version().to_string()}, "items": [node]})
+    } else {
+        node
+    }
 }
 
 /// RFC 7386 JSON merge patch.
@@ -508,6 +534,7 @@ fn discovery(shared: &Shared, method: &Method, path: &str) -> Option<Response<Bo
                 resource("secrets", "Secret", true, &crud),
                 resource("events", "Event", true, &crud),
                 resource("namespaces", "Namespace", false, &["get"]),
+                resource("nodes", "Node", false, &["get", "list"]),
             ],
         }),
         "/apis" => json!({
