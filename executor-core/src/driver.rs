@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::{CacheResult, CacheStore};
 use crate::result::manifest;
+use crate::tar::{UnpackError, UnpackLimits};
 use crate::{
-    CommandOutcome, Executor, RunHandle, RunLog, RunResult, RunSpec, RunStatus, StepCommand,
-    StepResult, StepStatus,
+    CommandOutcome, Executor, ExecutorError, RunHandle, RunLog, RunResult, RunSpec, RunStatus,
+    StepCommand, StepResult, StepStatus,
 };
 
 /// How long an interrupted operation, and each of `outputs` and `stop`, may
@@ -22,12 +24,15 @@ pub struct DriverOptions {
     /// How long an interrupted operation may take to wind down, and the
     /// limit of `outputs` and `stop` each.
     pub grace: Duration,
+    /// Where the run's caches live on the host; `None` skips them.
+    pub caches: Option<CacheStore>,
 }
 
 impl Default for DriverOptions {
     fn default() -> Self {
         DriverOptions {
             grace: DEFAULT_GRACE,
+            caches: None,
         }
     }
 }
@@ -44,6 +49,8 @@ impl Default for DriverOptions {
 /// #   async fn start(&self, _: &executor_core::RunSpec, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::RunHandle, executor_core::ExecutorError> { Ok(executor_core::RunHandle::in_container("x")) }
 /// #   async fn command(&self, _: &executor_core::RunHandle, _: &executor_core::StepCommand, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::CommandOutcome, executor_core::ExecutorError> { Ok(executor_core::CommandOutcome::exited(0)) }
 /// #   async fn outputs(&self, _: &executor_core::RunHandle, _: &std::path::Path) -> Result<(), executor_core::ExecutorError> { Ok(()) }
+/// #   async fn copy_in(&self, _: &executor_core::RunHandle, _: &std::path::Path, _: &str) -> Result<(), executor_core::ExecutorError> { Ok(()) }
+/// #   async fn copy_out(&self, _: &executor_core::RunHandle, _: &str, _: &std::path::Path, _: executor_core::tar::UnpackLimits) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { Ok(Default::default()) }
 /// #   async fn stop(&self, _: &executor_core::RunHandle) -> Result<(), executor_core::ExecutorError> { Ok(()) }
 /// #   async fn cleanup(&self, _: &str, _: executor_core::CleanupScope) -> Result<executor_core::CleanupReport, executor_core::ExecutorError> { Ok(Default::default()) }
 /// # }
@@ -94,6 +101,7 @@ pub async fn run_with(
         finished_at: started_at,
         steps: Vec::new(),
         outputs: Vec::new(),
+        caches: Vec::new(),
     };
     let watch = Watch {
         cancel: &cancel,
@@ -139,6 +147,8 @@ pub async fn run_with(
         }
     };
 
+    result.caches = restore_caches(executor, &handle, spec, log, options, run_deadline).await;
+
     let mut status = RunStatus::Success;
     let mut error = None;
     let mut steps = spec.steps.iter();
@@ -163,6 +173,26 @@ pub async fn run_with(
         .steps
         .extend(steps.map(|s| StepResult::skipped(&s.name)));
 
+    if status == RunStatus::Success {
+        save_caches(
+            executor,
+            &handle,
+            spec,
+            log,
+            options,
+            run_deadline,
+            &mut result.caches,
+        )
+        .await;
+    } else if !result.caches.is_empty() {
+        log.line("caches not saved: the run did not succeed");
+        for cache in &mut result.caches {
+            cache
+                .note
+                .get_or_insert_with(|| "not saved: the run did not succeed".into());
+        }
+    }
+
     // Outputs, whatever happened to the steps.
     log.line("collecting outputs");
     match tokio::time::timeout(options.grace, executor.outputs(&handle, &spec.outputs)).await {
@@ -183,6 +213,151 @@ pub async fn run_with(
         note_error(&mut status, &mut error, stop_err);
     }
     finish(result, status, error, spec, log).await
+}
+
+fn folder_size(dir: &std::path::Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn millis(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Streams each cache's host copy in; a cold or failed cache is logged,
+/// never fatal: a cache only saves time.
+async fn restore_caches(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    spec: &RunSpec,
+    log: &RunLog,
+    options: &DriverOptions,
+    deadline: Instant,
+) -> Vec<CacheResult> {
+    let mut results = Vec::new();
+    for cache in &spec.caches {
+        let path = cache.resolve(&handle.work_dir);
+        let mut r = CacheResult {
+            key: cache.key.clone(),
+            path: path.clone(),
+            ..CacheResult::default()
+        };
+        let Some(store) = &options.caches else {
+            r.note = Some("no cache folder configured".into());
+            results.push(r);
+            continue;
+        };
+        match store.current(&cache.key) {
+            Ok(None) => {
+                log.line(&format!(
+                    "cache {}: cold (no host copy yet); the run goes on without it",
+                    cache.key
+                ));
+                r.note = Some("cold: no host copy yet".into());
+            }
+            Ok(Some((dir, _guard))) => {
+                let clock = Instant::now();
+                let size = folder_size(&dir);
+                match tokio::time::timeout_at(
+                    deadline.into(),
+                    executor.copy_in(handle, &dir, &path),
+                )
+                .await
+                {
+                    Ok(Ok(())) => {
+                        r.hit = true;
+                        r.size_in = size;
+                        r.ms_in = millis(clock);
+                        log.line(&format!(
+                            "cache {}: restored {size} bytes into {path} in {} ms",
+                            cache.key, r.ms_in
+                        ));
+                    }
+                    Ok(Err(err)) => {
+                        log.line(&format!(
+                            "cache {}: restore failed, going on without it: {err}",
+                            cache.key
+                        ));
+                        r.note = Some(format!("restore failed: {err}"));
+                    }
+                    Err(_) => r.note = Some("restore ran out of run time".into()),
+                }
+            }
+            Err(err) => {
+                log.line(&format!(
+                    "cache {}: unreadable host copy, going on without it: {err}",
+                    cache.key
+                ));
+                r.note = Some(format!("unreadable host copy: {err}"));
+            }
+        }
+        results.push(r);
+    }
+    results
+}
+
+/// Streams each cache back into a fresh host folder and swaps it in only
+/// when whole; too large, hostile or broken streams leave the old copy.
+async fn save_caches(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    spec: &RunSpec,
+    log: &RunLog,
+    options: &DriverOptions,
+    deadline: Instant,
+    results: &mut [CacheResult],
+) {
+    let Some(store) = &options.caches else { return };
+    for (cache, r) in spec.caches.iter().zip(results.iter_mut()) {
+        let pending = match store.begin_save(&cache.key) {
+            Ok(p) => p,
+            Err(err) => {
+                r.note = Some(format!("not saved: {err}"));
+                continue;
+            }
+        };
+        let limits = UnpackLimits {
+            max_bytes: store.max_bytes,
+            ..UnpackLimits::default()
+        };
+        let clock = Instant::now();
+        let copied = tokio::time::timeout_at(
+            deadline.into(),
+            executor.copy_out(handle, &r.path, pending.folder(), limits),
+        )
+        .await;
+        let why = match copied {
+            Ok(Ok(summary)) => match store.commit(pending) {
+                Ok(()) => {
+                    r.saved = true;
+                    r.size_out = summary.bytes;
+                    r.ms_out = millis(clock);
+                    log.line(&format!(
+                        "cache {}: saved {} bytes from {} in {} ms",
+                        cache.key, summary.bytes, r.path, r.ms_out
+                    ));
+                    continue;
+                }
+                Err(err) => format!("not saved: {err}"),
+            },
+            Ok(Err(ExecutorError::Unpack(UnpackError::TooLarge { limit }))) => {
+                format!("not saved: larger than the cache limit of {limit} bytes (--cache-max)")
+            }
+            Ok(Err(err)) => format!("not saved: {err}"),
+            Err(_) => "not saved: ran out of run time".to_string(),
+        };
+        log.line(&format!(
+            "warning: cache {}: {why}; the old copy stays",
+            cache.key
+        ));
+        r.note = Some(why);
+    }
 }
 
 /// Runs one step; the second value is `Some` when the run must end here.

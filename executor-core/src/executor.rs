@@ -5,6 +5,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use crate::tar::{UnpackLimits, UnpackSummary};
 use crate::{ExecutorError, RunLog, RunSpec};
 
 /// A started run's environment, as returned by [`Executor::start`].
@@ -113,7 +114,8 @@ pub struct CleanupReport {
 /// The five operations are called by [`run`](crate::run) in this order:
 /// `start` once; `command` once per step; `outputs` once, even after a
 /// failed step; `stop` exactly once, on every path, if `start` succeeded.
-/// `cleanup` is independent of any run.
+/// `cleanup` is independent of any run. `copy_in` and `copy_out` move
+/// caches: after `start` and after the last step, when the run has caches.
 ///
 /// Backends must honour the `interrupt` token passed to `start` and
 /// `command`: when it fires they kill what they started for that operation
@@ -153,6 +155,21 @@ pub trait Executor: Send + Sync {
 
     /// Streams the environment's `outputs_dir` into the host folder `dest`.
     async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError>;
+
+    /// Streams the host folder `src` into `path` inside the environment,
+    /// creating it: how caches are restored. `path` is absolute, as
+    /// [`CacheSpec::resolve`](crate::CacheSpec::resolve) gives it.
+    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError>;
+
+    /// Streams `path` inside the environment into the host folder `dest`
+    /// through the untrusted unpacker with `limits`: how caches are saved.
+    async fn copy_out(
+        &self,
+        run: &RunHandle,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError>;
 
     /// Tears the environment down, killing anything still running in it.
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError>;

@@ -18,6 +18,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod cache;
 mod driver;
 mod error;
 mod executor;
@@ -29,6 +30,7 @@ pub mod script;
 mod steps_file;
 pub mod tar;
 
+pub use cache::{CacheResult, CacheSpec, CacheStore};
 pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};
 pub use error::ExecutorError;
 #[cfg(feature = "mock")]

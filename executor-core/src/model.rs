@@ -70,6 +70,8 @@ pub struct RunSpec {
     pub run_timeout: Duration,
     /// Limit of each step.
     pub step_timeout: Duration,
+    /// Caches restored before the first step and saved after the last.
+    pub caches: Vec<crate::CacheSpec>,
 }
 
 /// Default run timeout: one hour, as GitLab Runner's default job timeout.
@@ -96,6 +98,7 @@ impl RunSpec {
             env: Vec::new(),
             run_timeout: DEFAULT_RUN_TIMEOUT,
             step_timeout: DEFAULT_STEP_TIMEOUT,
+            caches: Vec::new(),
         }
     }
 

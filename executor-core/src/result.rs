@@ -154,6 +154,9 @@ pub struct RunResult {
     pub steps: Vec<StepResult>,
     /// Every file in the outputs folder, sorted by path.
     pub outputs: Vec<OutputFile>,
+    /// Every cache of the run, in the order given.
+    #[serde(default)]
+    pub caches: Vec<crate::CacheResult>,
 }
 
 impl RunResult {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use executor_core::labels::{
     dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
 };
-use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits};
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunSpec, StepCommand,
@@ -408,17 +408,50 @@ impl Executor for DockerExecutor {
     }
 
     async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+        self.copy_out(run, &run.outputs_dir, dest, self.options.unpack_limits)
+            .await?;
+        Ok(())
+    }
+
+    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
+        let q = executor_core::script::quote(path);
+        let mut mkdir = format!("mkdir -p {q}");
+        if let Some(user) = &self.options.user {
+            mkdir.push_str(&format!(
+                " && chown {} {q}",
+                executor_core::script::quote(user)
+            ));
+        }
+        self.exec_as_root(&run.id, &mkdir, "creating a cache folder")
+            .await?;
+        self.engine
+            .upload(&run.id, path, src, pack_dir(src))
+            .await?;
+        if let Some(user) = &self.options.user {
+            let chown = format!("chown -R {} {q}", executor_core::script::quote(user));
+            self.exec_as_root(&run.id, &chown, "giving a cache folder to --user")
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn copy_out(
+        &self,
+        run: &RunHandle,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
         let stream = self
             .engine
-            .download(&run.id, &run.outputs_dir)
+            .download(&run.id, path)
             .map_err(std::io::Error::other);
         let limits = UnpackLimits {
-            // The engine names every entry `outputs/...`.
+            // The engine names every entry after the folder: `outputs/...`.
             strip_components: 1,
-            ..self.options.unpack_limits
+            ..limits
         };
-        unpack_untrusted(StreamReader::new(stream), dest, limits).await?;
-        Ok(())
+        Ok(unpack_untrusted(StreamReader::new(stream), dest, limits).await?)
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
-use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits};
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunSpec, StepCommand,
@@ -162,7 +162,7 @@ impl K8sExecutor {
     /// without closing the socket (and losing the status), and tar reads to
     /// end of file, so there `head -c SIZE` ends tar's input instead; the
     /// size comes from packing the folder once into nothing first.
-    async fn copy_in(
+    async fn stream_in(
         &self,
         pod: &str,
         dir: &Path,
@@ -210,6 +210,18 @@ impl K8sExecutor {
             self.options.stop_timeout,
         )
         .await
+    }
+
+    fn pod_of(&self, run: &RunHandle) -> Result<String, ExecutorError> {
+        self.live()
+            .get(&run.id)
+            .map(|r| r.pod.clone())
+            .ok_or_else(|| {
+                ExecutorError::EnvironmentLost(format!(
+                    "job {} is not a live run of this executor",
+                    run.id
+                ))
+            })
     }
 
     /// Whether the pod's container still runs commands.
@@ -350,9 +362,9 @@ impl Executor for K8sExecutor {
                 } else {
                     "exec protocol: v4.channel.k8s.io (the cluster predates v5: stdin is ended by size, not by closing it)"
                 });
-                self.copy_in(&pod, &run.checkout, "/work", v5).await?;
+                self.stream_in(&pod, &run.checkout, "/work", v5).await?;
                 if let Some(steps) = &run.steps_dir {
-                    self.copy_in(&pod, steps, "/steps", v5).await?;
+                    self.stream_in(&pod, steps, "/steps", v5).await?;
                 }
                 Ok::<_, ExecutorError>(())
             };
@@ -463,41 +475,55 @@ impl Executor for K8sExecutor {
     }
 
     async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
-        let pod = self
-            .live()
-            .get(&run.id)
-            .map(|r| r.pod.clone())
-            .ok_or_else(|| {
-                ExecutorError::EnvironmentLost(format!(
-                    "job {} is not a live run of this executor",
-                    run.id
-                ))
-            })?;
+        self.copy_out(run, &run.outputs_dir, dest, self.options.unpack_limits)
+            .await?;
+        Ok(())
+    }
+
+    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
+        let pod = self.pod_of(run)?;
+        let mkdir = vec!["mkdir".into(), "-p".into(), path.into()];
+        self.exec_checked(
+            &pod,
+            mkdir,
+            None,
+            &mut tokio::io::sink(),
+            "creating a cache folder",
+        )
+        .await?;
+        let v5 = self.speaks_v5(&pod).await?;
+        self.stream_in(&pod, src, path, v5).await
+    }
+
+    async fn copy_out(
+        &self,
+        run: &RunHandle,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        let pod = self.pod_of(run)?;
         let (mut writer, reader) = tokio::io::duplex(256 * 1024);
         let argv = vec![
             "tar".into(),
             "c".into(),
             "-C".into(),
-            run.outputs_dir.clone(),
+            path.to_string(),
             ".".into(),
         ];
+        let what = format!("copying {path} out");
         let produce = async {
             let r = self
-                .exec_checked(&pod, argv, None, &mut writer, "copying /outputs out")
+                .exec_checked(&pod, argv, None, &mut writer, &what)
                 .await;
             drop(writer);
             r
         };
-        let consume = unpack_untrusted(
-            reader,
-            dest,
-            UnpackLimits {
-                ..self.options.unpack_limits
-            },
-        );
+        let consume = unpack_untrusted(reader, dest, limits);
         let (produced, consumed) = tokio::join!(produce, consume);
-        consumed?;
-        produced
+        let summary = consumed?;
+        produced?;
+        Ok(summary)
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {

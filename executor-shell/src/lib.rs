@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits};
+use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunSpec, StepCommand,
@@ -101,6 +101,21 @@ impl ShellExecutor {
             .map_err(|e| ExecutorError::backend(what, e))?;
         Ok(())
     }
+}
+
+/// A cache path of the shell executor must stay inside the run's folder:
+/// the environment is the host, and anything outside belongs to it.
+fn inside_run(run: &RunHandle, path: &str) -> Result<PathBuf, ExecutorError> {
+    let p = Path::new(path);
+    let escapes = p
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir));
+    if escapes || !p.starts_with(&run.id) {
+        return Err(ExecutorError::InvalidInput(format!(
+            "cache path {path} is outside the run folder; the shell executor runs on the host, so give cache paths relative to WORK_DIR"
+        )));
+    }
+    Ok(p.to_path_buf())
 }
 
 fn check_dir(path: &Path, flag: &str) -> Result<(), ExecutorError> {
@@ -212,6 +227,31 @@ impl Executor for ShellExecutor {
         )
         .await?;
         Ok(())
+    }
+
+    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
+        let target = inside_run(run, path)?;
+        if let Some(plan) = &self.plan {
+            plan.copy(&src.display().to_string(), path);
+            return Ok(());
+        }
+        unpack_untrusted(pack_dir(src), &target, UnpackLimits::default()).await?;
+        Ok(())
+    }
+
+    async fn copy_out(
+        &self,
+        run: &RunHandle,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        let source = inside_run(run, path)?;
+        if let Some(plan) = &self.plan {
+            plan.copy(path, &dest.display().to_string());
+            return Ok(UnpackSummary::default());
+        }
+        Ok(unpack_untrusted(pack_dir(&source), dest, limits).await?)
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {

@@ -76,6 +76,10 @@ impl Plan {
         self.say(format!("tar {} -> {}", run.outputs_dir, dest.display()));
     }
 
+    pub(crate) fn copy(&self, from: &str, to: &str) {
+        self.say(format!("tar {from} -> {to}"));
+    }
+
     pub(crate) fn stop(&self, run: &RunHandle) {
         self.say(format!("kill the run's process groups; rm -rf {}", run.id));
     }

@@ -21,7 +21,7 @@ pub enum Command {
     /// Run a checkout's steps in one environment and write the result JSON.
     Run(Box<RunArgs>),
     /// Remove environments that earlier runs of a runner left behind.
-    Cleanup(CleanupArgs),
+    Cleanup(Box<CleanupArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -109,6 +109,17 @@ pub struct RunArgs {
     /// Print the environment and every call the run would make, and touch nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// A cache KEY=PATH (repeatable): restored into PATH before the first
+    /// step, saved back after the last one succeeds. PATH is absolute, or
+    /// relative to WORK_DIR (the shell executor takes only relative ones).
+    #[arg(long = "cache", value_name = "KEY=PATH", value_parser = parse_cache)]
+    pub caches: Vec<executor_core::CacheSpec>,
+    /// Host folder of the caches; default ~/.cache/knotless-runner/caches.
+    #[arg(long, env = "RUNNER_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Largest cache saved back: bytes, or with k, m, g.
+    #[arg(long, default_value = "10g", value_parser = parse_bytes)]
+    pub cache_max: i64,
     /// Skip removing this runner's expired leftovers before the run.
     #[arg(long)]
     pub no_cleanup: bool,
@@ -289,6 +300,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(bad());
     }
     Ok(Duration::from_secs(total))
+}
+
+fn parse_cache(text: &str) -> Result<executor_core::CacheSpec, String> {
+    executor_core::CacheSpec::parse(text).map_err(|e| e.to_string())
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {

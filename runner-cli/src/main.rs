@@ -32,7 +32,7 @@ fn main() {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(*args).await,
-            Command::Cleanup(args) => run::cleanup(args).await,
+            Command::Cleanup(args) => run::cleanup(*args).await,
         }
     });
     std::process::exit(code);

@@ -74,14 +74,20 @@ pub async fn run(args: RunArgs) -> i32 {
 
     let cancel = CancellationToken::new();
     tokio::spawn(cancel_on_signal(cancel.clone()));
-    let result = run_with(
-        executor.as_ref(),
-        &spec,
-        &log,
-        cancel,
-        &DriverOptions::default(),
-    )
-    .await;
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(executor_core::CacheStore::default_dir);
+    let cache_max = u64::try_from(args.cache_max).unwrap_or(u64::MAX);
+    let driver = DriverOptions {
+        caches: Some(if args.dry_run {
+            executor_core::CacheStore::read_only(cache_dir, cache_max)
+        } else {
+            executor_core::CacheStore::new(cache_dir, cache_max)
+        }),
+        ..DriverOptions::default()
+    };
+    let result = run_with(executor.as_ref(), &spec, &log, cancel, &driver).await;
     if args.dry_run {
         return 0;
     }
@@ -117,6 +123,16 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     spec.steps_dir = args.steps_dir.clone();
     spec.steps = steps;
     spec.env = args.env.clone();
+    spec.caches = args.caches.clone();
+    if args.executor == ExecutorKind::Shell {
+        if let Some(c) = spec.caches.iter().find(|c| c.path.starts_with('/')) {
+            bail!(
+                "--cache {}={}: the shell executor runs on this host, so cache paths must be relative to WORK_DIR",
+                c.key,
+                c.path
+            );
+        }
+    }
     spec.run_timeout = args.timeout;
     spec.step_timeout = args.step_timeout.unwrap_or(args.timeout);
     if matches!(args.executor, ExecutorKind::Docker | ExecutorKind::K8s) && spec.image.is_none() {
@@ -152,6 +168,7 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &st
         finished_at: OffsetDateTime::now_utc(),
         steps,
         outputs: Vec::new(),
+        caches: Vec::new(),
     };
     if let Err(err) = result.write_to(&args.result) {
         eprintln!("runner-cli: {err}");

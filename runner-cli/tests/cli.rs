@@ -316,3 +316,59 @@ fn cleanup_subcommand_removes_crashed_run_folders() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 removed"));
     assert!(!runner_dir.join("crashed-run").exists());
 }
+
+#[test]
+fn caches_are_cold_then_warm_across_runs() {
+    let case = Case::new();
+    let caches = case.path("caches");
+    let steps = "use\tif [ -f .c/hit ]; then echo warm-cache; else echo cold-cache; fi; mkdir -p .c && echo 1 > .c/hit\n";
+    let cache_dir = caches.display().to_string();
+    let out = case
+        .run(steps, &["--cache", "deps=.c", "--cache-dir", &cache_dir])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(case.log().contains("cold-cache"));
+    assert!(
+        case.result().caches[0].saved,
+        "{:?}\n{}",
+        case.result().caches,
+        case.log()
+    );
+    let out = case
+        .run(steps, &["--cache", "deps=.c", "--cache-dir", &cache_dir])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(case.log().contains("warm-cache"), "{}", case.log());
+    assert!(case.result().caches[0].hit);
+
+    for bad in ["../up=.c", "=.c", "deps"] {
+        let out = case.run(steps, &["--cache", bad]).output().unwrap();
+        assert_eq!(code(&out), 2, "{bad}");
+    }
+    // A dry-run shows the cache calls and leaves the host copy alone.
+    let before = std::fs::read_link(caches.join("deps/current")).unwrap();
+    let out = case
+        .run(
+            steps,
+            &["--cache", "deps=.c", "--cache-dir", &cache_dir, "--dry-run"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.matches("/work/.c").count() >= 2, "{plan}");
+    assert_eq!(
+        std::fs::read_link(caches.join("deps/current")).unwrap(),
+        before
+    );
+
+    let out = case.run(steps, &["--cache", "deps=/etc"]).output().unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("relative to WORK_DIR"),
+        "{}",
+        stderr(&out)
+    );
+}

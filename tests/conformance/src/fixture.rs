@@ -191,6 +191,29 @@ pub async fn run_watched(
     result
 }
 
+/// Runs `spec` with `store` as the host's cache folder.
+pub async fn run_with_caches(
+    backend: &dyn Backend,
+    spec: &RunSpec,
+    store: &executor_core::CacheStore,
+) -> (RunResult, WatchedLog) {
+    let log = WatchedLog::default();
+    let options = executor_core::DriverOptions {
+        caches: Some(store.clone()),
+        ..executor_core::DriverOptions::default()
+    };
+    let result = bounded(executor_core::run_with(
+        backend.executor(),
+        spec,
+        &log.run_log(),
+        CancellationToken::new(),
+        &options,
+    ))
+    .await;
+    assert_valid_result(&result);
+    (result, log)
+}
+
 /// Awaits `fut`, failing the case if it takes longer than [`PATIENCE`] plus
 /// the driver's grace: a guard against hangs, not a timing assertion.
 pub async fn bounded<T>(fut: impl std::future::Future<Output = T>) -> T {

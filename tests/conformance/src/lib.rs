@@ -42,6 +42,7 @@ pub mod fixture;
 use async_trait::async_trait;
 use executor_core::{Executor, RunSpec};
 
+pub use cases::caches::*;
 pub use cases::files::*;
 pub use cases::lifecycle::*;
 pub use cases::logs::*;
@@ -83,7 +84,8 @@ macro_rules! conformance_tests {
             variables_reach_steps, logs_stream_while_step_runs, large_log_is_streamed,
             step_markers_carry_exit_codes, step_timeout_kills_step, run_timeout_ends_run,
             cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
-            cleanup_spares_live_runs);
+            cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,
+            hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix);
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use executor_conformance::fakes::MockExecutor;
 use executor_conformance::fixture::assert_valid_result;
+use executor_core::tar::{UnpackLimits, UnpackSummary};
 use executor_core::{
     run, CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunResult, RunSpec, RunStatus, Step, StepCommand, StepStatus,
@@ -53,6 +54,18 @@ impl Executor for Fake {
     }
     async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
         self.mock.outputs(run, dest).await
+    }
+    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
+        self.mock.copy_in(run, src, path).await
+    }
+    async fn copy_out(
+        &self,
+        run: &RunHandle,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        self.mock.copy_out(run, path, dest, limits).await
     }
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         self.mock.stop(run).await
@@ -282,6 +295,18 @@ impl Executor for IgnoresInterrupt {
     }
     async fn outputs(&self, r: &RunHandle, d: &Path) -> Result<(), ExecutorError> {
         self.0.outputs(r, d).await
+    }
+    async fn copy_in(&self, r: &RunHandle, s: &Path, p: &str) -> Result<(), ExecutorError> {
+        self.0.copy_in(r, s, p).await
+    }
+    async fn copy_out(
+        &self,
+        r: &RunHandle,
+        p: &str,
+        d: &Path,
+        l: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        self.0.copy_out(r, p, d, l).await
     }
     async fn stop(&self, r: &RunHandle) -> Result<(), ExecutorError> {
         self.0.stop(r).await

@@ -1,3 +1,4 @@
+pub mod caches;
 pub mod files;
 pub mod lifecycle;
 pub mod logs;

@@ -1,0 +1,184 @@
+//! Run caches: restored before the first step, saved after the last.
+
+use executor_core::{CacheSpec, CacheStore, RunStatus, Step};
+
+use crate::fixture::{assert_nothing_left, run_with_caches, Fixture};
+use crate::Backend;
+
+fn cache() -> CacheSpec {
+    // Relative to WORK_DIR: the one form every backend accepts.
+    CacheSpec {
+        key: "conformance".into(),
+        path: ".cache-dir".into(),
+    }
+}
+
+fn store() -> (tempfile::TempDir, CacheStore) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = CacheStore::new(dir.path().join("caches"), 1 << 30);
+    (dir, store)
+}
+
+fn stored(store: &CacheStore, file: &str) -> Option<String> {
+    let (dir, _guard) = store.current("conformance").ok()??;
+    std::fs::read_to_string(dir.join(file)).ok()
+}
+
+const USE_CACHE: &str = r#"
+    if [ -f .cache-dir/built ]; then echo "warm: $(cat .cache-dir/built)"; else echo cold-miss; fi
+    mkdir -p .cache-dir/nested && echo "${VERSION:-v1}" > .cache-dir/built && echo deep > .cache-dir/nested/file
+"#;
+
+/// A cold cache is normal and saved after success; the next run finds it.
+pub async fn cache_cold_then_warm(backend: &dyn Backend) {
+    let (_keep, store) = store();
+    let fx = Fixture::new("cachecold");
+    let mut spec = fx
+        .spec(backend, "cache-cold")
+        .step(Step::new("use", USE_CACHE));
+    spec.caches = vec![cache()];
+    let (result, log) = run_with_caches(backend, &spec, &store).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(
+        log.text().contains("cold-miss") && log.text().contains("cache conformance: cold"),
+        "{}",
+        log.text()
+    );
+    let c = &result.caches[0];
+    assert!(!c.hit && c.saved && c.size_out > 0, "{c:?}");
+    assert_eq!(stored(&store, "built").as_deref(), Some("v1\n"));
+    assert_nothing_left(backend, &fx.runner).await;
+
+    let fx = Fixture::new("cachewarm");
+    let mut spec = fx
+        .spec(backend, "cache-warm")
+        .step(Step::new("use", USE_CACHE))
+        .env("VERSION", "v2");
+    spec.caches = vec![cache()];
+    let (result, log) = run_with_caches(backend, &spec, &store).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("warm: v1"), "{}", log.text());
+    let c = &result.caches[0];
+    assert!(c.hit && c.size_in > 0 && c.saved, "{c:?}");
+    assert_eq!(stored(&store, "built").as_deref(), Some("v2\n"));
+    assert_eq!(stored(&store, "nested/file").as_deref(), Some("deep\n"));
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+async fn seed(backend: &dyn Backend, store: &CacheStore) {
+    let fx = Fixture::new("cacheseed");
+    let mut spec = fx
+        .spec(backend, "cache-seed")
+        .step(Step::new("use", USE_CACHE));
+    spec.caches = vec![cache()];
+    let (result, _) = run_with_caches(backend, &spec, store).await;
+    assert_eq!(result.status, RunStatus::Success);
+    assert_eq!(stored(store, "built").as_deref(), Some("v1\n"));
+}
+
+/// A failed run never saves its cache: a broken build must not poison it.
+pub async fn cache_not_saved_after_failure(backend: &dyn Backend) {
+    let (_keep, store) = store();
+    seed(backend, &store).await;
+    let fx = Fixture::new("cachefail");
+    let mut spec = fx.spec(backend, "cache-fail").step(Step::new(
+        "poison",
+        "echo poisoned > .cache-dir/built; exit 1",
+    ));
+    spec.caches = vec![cache()];
+    let (result, _) = run_with_caches(backend, &spec, &store).await;
+    assert_eq!(result.status, RunStatus::Failed);
+    assert!(!result.caches[0].saved);
+    assert_eq!(
+        stored(&store, "built").as_deref(),
+        Some("v1\n"),
+        "the failed run replaced the cache"
+    );
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// A cache tar from the environment is untrusted, like outputs: a hostile
+/// one is refused and the old copy stays; the run itself still succeeds.
+pub async fn hostile_cache_is_refused(backend: &dyn Backend) {
+    let (_keep, store) = store();
+    seed(backend, &store).await;
+    let fx = Fixture::new("cachehostile");
+    let mut spec = fx.spec(backend, "cache-hostile").step(Step::new(
+        "evil",
+        "echo evil > .cache-dir/built; ln -s /etc/passwd .cache-dir/passwd",
+    ));
+    spec.caches = vec![cache()];
+    let (result, log) = run_with_caches(backend, &spec, &store).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    let c = &result.caches[0];
+    assert!(
+        !c.saved
+            && c.note
+                .as_deref()
+                .unwrap_or("")
+                .contains("symlink to absolute path"),
+        "{c:?}"
+    );
+    assert_eq!(stored(&store, "built").as_deref(), Some("v1\n"));
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// A cache over the limit is not saved, with a warning; the old copy stays.
+pub async fn oversized_cache_is_not_saved(backend: &dyn Backend) {
+    let (_keep, mut store) = store();
+    seed(backend, &store).await;
+    store.max_bytes = 1000;
+    let fx = Fixture::new("cachebig");
+    let mut spec = fx
+        .spec(backend, "cache-big")
+        .step(Step::new("grow", "head -c 5000 /dev/zero > .cache-dir/big"));
+    spec.caches = vec![cache()];
+    let (result, log) = run_with_caches(backend, &spec, &store).await;
+    assert_eq!(result.status, RunStatus::Success);
+    assert!(
+        log.text()
+            .contains("warning: cache conformance: not saved: larger than the cache limit"),
+        "{}",
+        log.text()
+    );
+    assert_eq!(stored(&store, "built").as_deref(), Some("v1\n"));
+    assert!(stored(&store, "big").is_none());
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// Two runs saving the same key at once leave one whole copy, not a mix.
+pub async fn concurrent_saves_never_mix(backend: &dyn Backend) {
+    let (_keep, store) = store();
+    let (a, b) = (Fixture::new("cachea"), Fixture::new("cacheb"));
+    let spec = |fx: &Fixture, who: &str| {
+        let mut spec = fx.spec(backend, &format!("cache-{who}")).step(Step::new(
+            "write",
+            format!(
+                "mkdir -p .cache-dir && for f in 1 2 3 4 5; do echo {who} > .cache-dir/$f; done"
+            ),
+        ));
+        spec.caches = vec![cache()];
+        spec
+    };
+    let (sa, sb) = (spec(&a, "a"), spec(&b, "b"));
+    let ((ra, _), (rb, _)) = tokio::join!(
+        run_with_caches(backend, &sa, &store),
+        run_with_caches(backend, &sb, &store)
+    );
+    assert!(
+        ra.caches[0].saved && rb.caches[0].saved,
+        "{:?} {:?}",
+        ra.caches,
+        rb.caches
+    );
+    let first = stored(&store, "1").unwrap_or_default();
+    for f in ["2", "3", "4", "5"] {
+        assert_eq!(
+            stored(&store, f).unwrap_or_default(),
+            first,
+            "the copy mixes two runs"
+        );
+    }
+    assert_nothing_left(backend, &a.runner).await;
+    assert_nothing_left(backend, &b.runner).await;
+}
