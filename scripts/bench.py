@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""Benchmarks of the executors against the engines' own tools, in one run.
+
+    scripts/bench.py                 # full sizes, writes BENCHMARKS.md
+    scripts/bench.py --quick --out /tmp/bench.md   # tiny sizes (CI)
+
+Every row times the executor and its baseline on the same engine in the
+same run and reports medians of several repetitions and their ratio. The
+Kubernetes rows run on the project's test cluster (tests/kube-testcluster),
+whose pods are containers of the same engine. Needs the engine and image
+that scripts/prepare-engine.sh provides, and release builds (built here).
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("KNOTLESS_TEST_IMAGE", "knotless-busybox:local")
+KEEPALIVE = ["sh", "-c", "while :; do sleep 3600; done"]
+YES = "yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.reps = 1 if args.quick else args.reps
+        self.tmp = Path(tempfile.mkdtemp(prefix="knotless-bench-"))
+        profile = "debug" if args.quick else "release"
+        self.bin_dir = ROOT / "target" / profile
+        self.rows = []
+        self.notes = []
+        self.cluster = None
+        self.env = dict(os.environ)
+
+    # -- helpers ---------------------------------------------------------
+    def sh(self, cmd, shell=None):
+        shell = isinstance(cmd, str) if shell is None else shell
+        return subprocess.run(cmd, shell=shell, check=True, capture_output=True, text=True, env=self.env).stdout
+
+    def timed(self, cmd, stdin=None, shell=False, env=None):
+        """Seconds and peak RSS (bytes) of one command."""
+        start = time.perf_counter()
+        p = subprocess.Popen(cmd, shell=shell, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env or self.env)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        secs = time.perf_counter() - start
+        if p.returncode != 0:
+            err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+            raise RuntimeError(f"{cmd!r} exited {p.returncode}: {err[-2000:]}")
+        return secs, usage.ru_maxrss * 1024
+
+    def median(self, fn):
+        values = [fn() for _ in range(self.reps)]
+        if isinstance(values[0], tuple):
+            return tuple(statistics.median(v[i] for v in values) for i in range(len(values[0])))
+        return statistics.median(values)
+
+    def steps(self, name, lines):
+        path = self.tmp / f"{name}.tsv"
+        path.write_text("".join(f"{n}\t{s}\n" for n, s in lines))
+        return path
+
+    def checkout(self, name, big_bytes=0, small_files=0):
+        d = self.tmp / f"checkout-{name}"
+        if d.exists():
+            return d
+        d.mkdir()
+        if big_bytes:
+            with open(d / "big.bin", "wb") as f:
+                chunk = os.urandom(1 << 20)
+                for _ in range(big_bytes >> 20):
+                    f.write(chunk)
+                f.write(os.urandom(big_bytes & ((1 << 20) - 1)))
+        for i in range(small_files):
+            sub = d / f"d{i // 500}"
+            sub.mkdir(exist_ok=True)
+            (sub / f"f{i}.txt").write_bytes(os.urandom(1024))
+        return d
+
+    def runner(self, executor, steps, workdir, extra=(), first_step=False):
+        """One runner-cli run: seconds, peak RSS, seconds to the first step's start."""
+        out = self.tmp / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [str(self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", "bench", "--runner", "did:plc:bench",
+               "--workdir", str(workdir), "--steps-file", str(steps), "--outputs", str(out),
+               "--result", str(self.tmp / "result.json"), "--log", "-" if first_step else str(self.tmp / "run.log"), "--no-cleanup", *extra]
+        if executor != "shell":
+            cmd += ["--image", IMAGE]
+        if executor == "docker":
+            cmd += ["--pull", "never", "--network", "none"]
+        start = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE if first_step else subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
+        first = None
+        if first_step:
+            for line in p.stdout:
+                if first is None and b": started" in line and line.startswith(b"==> step "):
+                    first = time.perf_counter() - start
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        secs = time.perf_counter() - start
+        if p.returncode != 0:
+            raise RuntimeError(f"runner-cli {executor} exited {p.returncode}: {p.stderr.read().decode(errors='replace')[-2000:]}")
+        return secs, usage.ru_maxrss * 1024, first
+
+    def row(self, measurement, where, ours, baseline, ratio, target, met, note=""):
+        self.rows.append((measurement, where, ours, baseline, ratio, target, "yes" if met else "**no**", note))
+        print(f"  {measurement} [{where}]: {ours} vs {baseline} -> {ratio} (target {target}) {'ok' if met else 'MISSED'}", flush=True)
+
+    # -- engines ---------------------------------------------------------
+    def container(self):
+        cid = self.sh(["docker", "run", "-d", "--network", "none", IMAGE, *KEEPALIVE]).strip()
+        return cid
+
+    def start_cluster(self):
+        p = subprocess.Popen([str(self.bin_dir / "kube-testcluster")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env)
+        kubeconfig = p.stdout.readline().strip()
+        if not kubeconfig:
+            raise RuntimeError("kube-testcluster did not start")
+        self.cluster = p
+        self.env["KUBECONFIG"] = kubeconfig
+        self.env["HOME"] = str(self.tmp)
+
+    def stop_cluster(self):
+        if self.cluster:
+            self.cluster.send_signal(2)
+            self.cluster.wait(timeout=60)
+
+    def pod(self):
+        manifest = self.tmp / "bench-job.yaml"
+        manifest.write_text(f"""apiVersion: batch/v1
+kind: Job
+metadata: {{name: bench-baseline}}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: {IMAGE}
+        command: {json.dumps(KEEPALIVE)}
+""")
+        self.sh(["kubectl", "create", "-f", str(manifest)])
+        self.sh(["kubectl", "wait", "--for=condition=Ready", "pod", "-l", "job-name=bench-baseline", "--timeout=120s"])
+        return self.sh(["kubectl", "get", "pods", "-l", "job-name=bench-baseline", "-o", "jsonpath={.items[0].metadata.name}"]).strip()
+
+    # -- rows ------------------------------------------------------------
+    def per_step(self):
+        n = 10 if self.quick else 100
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        many = self.steps("many", [("s0", "true")] + [(f"s{i + 1}", "true") for i in range(n)])
+
+        def runner_per_step(executor, extra=()):
+            t1 = self.median(lambda: self.runner(executor, one, empty, extra)[0])
+            tn = self.median(lambda: self.runner(executor, many, empty, extra)[0])
+            return (tn - t1) / n
+
+        base = self.median(lambda: self.timed(f"for i in $(seq {n}); do sh -ec true; done", shell=True)[0]) / n
+        ours = runner_per_step("shell")
+        self.row(f"per-step overhead, {n} × `true`", "shell", f"{ours * 1000:.2f} ms", f"{base * 1000:.2f} ms (`sh -ec true`)", f"{ours / base:.2f}×", "≤ 1.5×", ours / base <= 1.5)
+
+        cid = self.container()
+        try:
+            cli = self.median(lambda: self.timed(f"for i in $(seq {n}); do docker exec {cid} true; done", shell=True)[0]) / n
+            floor = self.median(lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_docker_exec"), cid, str(n)]))) / n
+        finally:
+            self.sh(["docker", "rm", "-f", cid])
+        ours = runner_per_step("docker")
+        self.row(f"per-step overhead, {n} × `true`", "docker", f"{ours * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{ours / cli:.2f}× CLI, {ours / floor:.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", ours / cli <= 0.5 and ours / floor <= 1.2)
+
+        pod = self.pod()
+        cli = self.median(lambda: self.timed(f"for i in $(seq {n}); do kubectl exec {pod} -- true; done", shell=True)[0]) / n
+        floor = self.median(lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_kube_exec"), pod, str(n)]))) / n
+        ours = runner_per_step("k8s")
+        self.row(f"per-step overhead, {n} × `true`", "k8s (test cluster)", f"{ours * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{ours / cli:.2f}× kubectl, {ours / floor:.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", ours / cli <= 0.5 and ours / floor <= 1.2)
+        self.k8s_pod = pod
+
+    def transfer(self):
+        big = (1 << 20) if self.quick else (1 << 30)
+        small = 200 if self.quick else 20000
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        cases = [(f"{big >> 20} MiB as one file", self.checkout("big", big_bytes=big)), (f"{small} small files", self.checkout("small", small_files=small))]
+        for executor in ["docker", "k8s"]:
+            cid = self.container() if executor == "docker" else None
+            exec_in = f"docker exec -i {cid}" if cid else f"kubectl exec -i {self.k8s_pod} --"
+            exec_out = f"docker exec {cid}" if cid else f"kubectl exec {self.k8s_pod} --"
+            try:
+                for label, src in cases:
+                    base_in = self.median(lambda: self.timed(f"{exec_out} rm -rf /tmp/in && {exec_out} mkdir -p /tmp/in && tar c -C {src} . | {exec_in} tar x -C /tmp/in", shell=True)[0] - self.timed(f"{exec_out} rm -rf /tmp/in && {exec_out} mkdir -p /tmp/in", shell=True)[0])
+                    t0 = self.median(lambda: self.runner(executor, one, empty)[0])
+                    t1, rss, _ = self.median(lambda: self.runner(executor, one, src))
+                    ours = t1 - t0
+                    where = executor if cid else "k8s (test cluster)"
+                    self.row(f"checkout in: {label}", where, f"{ours:.2f} s", f"{base_in:.2f} s (`tar c | {'docker' if cid else 'kubectl'} exec -i … tar x`)", f"{ours / base_in:.2f}×", "≤ 1× (no slower)", ours <= base_in * 1.05, f"runner peak RSS {rss >> 20} MiB")
+                    if executor == "docker":
+                        self.memory.append((f"checkout {label}", rss))
+                # Outputs: the step makes the data; the same step writing elsewhere is subtracted.
+                make = {"one file": f"head -c {big} /dev/urandom > DIR/big.bin", "small files": f"i=0; while [ $i -lt {small} ]; do head -c 1024 /dev/urandom > DIR/f$i; i=$((i+1)); done"}
+                for kind, script in make.items():
+                    label = f"{big >> 20} MiB as one file" if kind == "one file" else f"{small} small files"
+                    gen_out = self.steps("gen-out", [("gen", script.replace("DIR", '"$OUTPUTS_DIR"'))])
+                    gen_tmp = self.steps("gen-tmp", [("gen", "mkdir -p /tmp/x && " + script.replace("DIR", "/tmp/x"))])
+                    t_out = self.median(lambda: self.runner(executor, gen_out, empty)[0])
+                    t_tmp = self.median(lambda: self.runner(executor, gen_tmp, empty)[0])
+                    ours = max(t_out - t_tmp, 0.0)
+                    self.sh(f"{exec_out} sh -c 'rm -rf /tmp/o && mkdir -p /tmp/o && {script.replace('DIR', '/tmp/o')}'", shell=True)
+                    dest = self.tmp / "base-out"
+
+                    def base_out():
+                        shutil.rmtree(dest, ignore_errors=True)
+                        dest.mkdir()
+                        return self.timed(f"{exec_out} tar c -C /tmp/o . | tar x -C {dest}", shell=True)[0]
+                    b = self.median(base_out)
+                    where = executor if cid else "k8s (test cluster)"
+                    self.row(f"outputs back: {label}", where, f"{ours:.2f} s", f"{b:.2f} s (`{'docker' if cid else 'kubectl'} exec … tar c | tar x`)", f"{ours / b:.2f}×", "≤ 1× (no slower)", ours <= b * 1.05)
+            finally:
+                if cid:
+                    self.sh(["docker", "rm", "-f", cid])
+
+    def logs(self):
+        size = (1 << 20) if self.quick else (1 << 30)
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        flood = self.steps("flood", [("flood", f"{YES} | head -c {size}")])
+        for executor in ["docker", "k8s"]:
+            cid = self.container() if executor == "docker" else None
+            exec_cmd = f"docker exec {cid}" if cid else f"kubectl exec {self.k8s_pod} --"
+            try:
+                base = self.median(lambda: self.timed(f"{exec_cmd} sh -c '{YES} | head -c {size}' > /dev/null", shell=True)[0])
+            finally:
+                if cid:
+                    self.sh(["docker", "rm", "-f", cid])
+            t0 = self.median(lambda: self.runner(executor, one, empty)[0])
+            t1, rss, _ = self.median(lambda: self.runner(executor, flood, empty))
+            ours = t1 - t0
+            mbps = size / ours / 1e6
+            bmbps = size / base / 1e6
+            where = executor if cid else "k8s (test cluster)"
+            self.row(f"log streaming: one step printing {size >> 20} MiB", where, f"{mbps:.0f} MB/s", f"{bmbps:.0f} MB/s (`{'docker' if cid else 'kubectl'} exec` to /dev/null)", f"{mbps / bmbps:.2f}×", "≥ 0.8× throughput", mbps >= 0.8 * bmbps, f"runner peak RSS {rss >> 20} MiB")
+            if executor == "docker":
+                self.memory.append((f"{size >> 20} MiB of log", rss))
+
+    def memory_row(self):
+        small = self.checkout("mem100", big_bytes=(1 << 20) if self.quick else (100 << 20))
+        one = self.steps("one", [("s0", "true")])
+        _, rss, _ = self.runner("docker", one, small)
+        self.memory.insert(0, (f"checkout {'1' if self.quick else '100'} MiB", rss))
+        peak = max(r for _, r in self.memory)
+        low = min(r for _, r in self.memory)
+        detail = ", ".join(f"{k}: {r >> 20} MiB" for k, r in self.memory)
+        self.row("runner memory (peak RSS of runner-cli, docker)", "docker", f"{peak >> 20} MiB", "64 MiB budget", f"{peak / (64 << 20):.2f}× budget", "≤ 64 MiB, flat across sizes", peak <= (64 << 20) and peak - low <= (16 << 20), detail)
+
+    def start_to_first_step(self):
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+
+        def engine_start():
+            t = time.perf_counter()
+            cid = self.sh(["docker", "run", "-d", "--network", "none", IMAGE, *KEEPALIVE]).strip()
+            dt = time.perf_counter() - t
+            self.sh(["docker", "rm", "-f", cid])
+            return dt
+        base = self.median(engine_start)
+        first = self.median(lambda: self.runner("docker", one, empty, first_step=True)[2])
+        added = (first - base) * 1000
+        self.row("start to first step", "docker", f"{first * 1000:.0f} ms", f"{base * 1000:.0f} ms (`docker run -d`)", f"+{added:.0f} ms", "≤ 100 ms added", added <= 100)
+
+        def pod_start():
+            name = f"bench-start-{time.monotonic_ns()}"
+            manifest = self.tmp / "start.yaml"
+            manifest.write_text((self.tmp / "bench-job.yaml").read_text().replace("bench-baseline", name))
+            t = time.perf_counter()
+            self.sh(["kubectl", "create", "-f", str(manifest)])
+            self.sh(["kubectl", "wait", "--for=condition=Ready", "pod", "-l", f"job-name={name}", "--timeout=120s"])
+            dt = time.perf_counter() - t
+            self.sh(["kubectl", "delete", "job", name, "--cascade=foreground"])
+            return dt
+        base = self.median(pod_start)
+        first = self.median(lambda: self.runner("k8s", one, empty, first_step=True)[2])
+        added = (first - base) * 1000
+        self.row("start to first step", "k8s (test cluster)", f"{first * 1000:.0f} ms", f"{base * 1000:.0f} ms (`kubectl create` + `kubectl wait` Ready)", f"{added:+.0f} ms", "≤ 100 ms added", added <= 100)
+
+    def concurrency(self):
+        n = 3 if self.quick else 20
+        empty = self.checkout("empty")
+        steps = self.steps("conc", [("a", "echo one"), ("b", "sleep 1; echo two")])
+        results = [None] * n
+
+        def one(i):
+            try:
+                results[i] = self.runner("k8s", steps, empty)
+            except Exception as e:  # noqa: BLE001 - reported in the row
+                results[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t
+        ok = [r for r in results if isinstance(r, tuple)]
+        rss = statistics.median(r[1] for r in ok) if ok else 0
+        self.row(f"concurrency: {n} runs at once", "k8s (test cluster)", f"{len(ok)}/{n} succeeded in {wall:.1f} s", "—", f"{int(rss) >> 20} MiB per run (median peak RSS)", "all succeed", len(ok) == n)
+
+    def cache(self):
+        files = 80 if self.quick else 8000
+        cache_dir = self.tmp / "caches"
+        src = self.tmp / "cache-src"
+        src.mkdir(exist_ok=True)
+        for i in range(files):
+            sub = src / f"d{i // 500}"
+            sub.mkdir(exist_ok=True)
+            (sub / f"f{i}").write_bytes(os.urandom(64 << 10))
+        empty = self.checkout("empty")
+        # Seed the cache with one run that copies the data in from the steps folder.
+        seed = self.steps("seed", [("seed", "mkdir -p /cache && cp -r \"$STEPS_DIR\"/. /cache/")])
+        extra = ["--cache", "bench=/cache", "--cache-dir", str(cache_dir), "--cache-max", "2g"]
+        self.runner("docker", seed, empty, [*extra, "--steps-dir", str(src)])
+        touch = self.steps("touch", [("use", "test -d /cache/d0")])
+
+        def warm():
+            self.runner("docker", touch, empty, extra)
+            r = json.loads((self.tmp / "result.json").read_text())["caches"][0]
+            assert r["hit"] and r["saved"], r
+            return r["msIn"] / 1000, r["msOut"] / 1000
+        ours_in, ours_out = self.median(warm)
+        cid = self.container()
+        try:
+            def base_in():
+                self.sh(f"docker exec {cid} sh -c 'rm -rf /cache && mkdir /cache'", shell=True)
+                return self.timed(f"tar c -C {src} . | docker exec -i {cid} tar x -C /cache", shell=True)[0]
+            b_in = self.median(base_in)
+            dest = self.tmp / "cache-back"
+
+            def base_out():
+                shutil.rmtree(dest, ignore_errors=True)
+                dest.mkdir()
+                return self.timed(f"docker exec {cid} tar c -C /cache . | tar x -C {dest}", shell=True)[0]
+            b_out = self.median(base_out)
+        finally:
+            self.sh(["docker", "rm", "-f", cid])
+        mib = files * 64 // 1024
+        self.row(f"warm cache, {mib} MiB of {files} files: in", "docker", f"{ours_in:.2f} s", f"{b_in:.2f} s (`tar c | docker exec -i … tar x`)", f"{ours_in / b_in:.2f}×", "≤ 1× (no slower)", ours_in <= b_in * 1.05)
+        self.row(f"warm cache, {mib} MiB of {files} files: out", "docker", f"{ours_out:.2f} s", f"{b_out:.2f} s (`docker exec … tar c | tar x`)", f"{ours_out / b_out:.2f}×", "≤ 1× (no slower)", ours_out <= b_out * 1.05)
+
+    # -- report ----------------------------------------------------------
+    def report(self, path):
+        cpu = ""
+        try:
+            cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+        engine = self.sh(["docker", "version", "--format", "{{.Server.Version}} (API {{.Server.APIVersion}})"]).strip()
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
+        lines = [
+            "# Benchmarks",
+            "",
+            f"Made by `scripts/bench.py{' --quick' if self.quick else ''}` on {time.strftime('%Y-%m-%d')}: {platform.machine()}, "
+            f"{os.cpu_count()} cores ({cpu}), {mem} GiB, {platform.system()} {platform.release()}, engine {engine}. "
+            f"Medians of {self.reps} runs; every baseline was measured in the same run on the same engine. "
+            "The k8s rows run on the project's test cluster (`tests/kube-testcluster`), whose pods are containers of the same engine.",
+            "",
+            "| measurement | where | executor | baseline in the same run | ratio | target | met | notes |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
+        Path(path).write_text("\n".join(lines) + "\n")
+        print(f"wrote {path}")
+
+    def run(self):
+        self.memory = []
+        if not self.quick:
+            subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "-p", "kube-testcluster", "--bin", "runner-cli", "--bin", "kube-testcluster"], cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", *([] if self.quick else ["--release"]), "-p", "executor-docker", "-p", "executor-k8s", "--example", "bare_docker_exec", "--example", "bare_kube_exec"], cwd=ROOT, check=True)
+        if self.quick:
+            subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster"], cwd=ROOT, check=True)
+        self.start_cluster()
+        try:
+            for part in [self.per_step, self.transfer, self.logs, self.memory_row, self.start_to_first_step, self.concurrency, self.cache]:
+                print(f"== {part.__name__}", flush=True)
+                part()
+        finally:
+            self.stop_cluster()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        self.report(self.args.out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
+    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
+    Bench(parser.parse_args()).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
