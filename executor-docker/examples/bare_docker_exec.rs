@@ -10,8 +10,13 @@ use futures_util::StreamExt;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let container = args.next().ok_or("usage: bare_docker_exec CONTAINER N")?;
-    let n: usize = args.next().ok_or("usage: bare_docker_exec CONTAINER N")?.parse()?;
-    let docker = bollard::Docker::connect_with_defaults()?.negotiate_version().await?;
+    let n: usize = args
+        .next()
+        .ok_or("usage: bare_docker_exec CONTAINER N")?
+        .parse()?;
+    let docker = bollard::Docker::connect_with_defaults()?
+        .negotiate_version()
+        .await?;
     let start = std::time::Instant::now();
     for _ in 0..n {
         let exec = docker
@@ -25,7 +30,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 },
             )
             .await?;
-        if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec.id, None).await? {
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&exec.id, None).await?
+        {
             while output.next().await.is_some() {}
         }
         let code = docker.inspect_exec(&exec.id).await?.exit_code;

@@ -136,16 +136,12 @@ impl DockerExecutor {
     /// Creates the run's folders and fills them; the container exists already.
     async fn prepare(&self, id: &str, run: &RunSpec) -> Result<(), ExecutorError> {
         self.engine.start(id).await?;
-        // Docker refuses uploads to a missing path, so create every folder first.
-        let mut mkdir =
-            format!("mkdir -p /work /steps /outputs {STATE_DIR} && chmod 1777 {STATE_DIR}");
-        if let Some(user) = &self.options.user {
-            mkdir.push_str(&format!(
-                " && chown {} /work /steps /outputs",
-                executor_core::script::quote(user)
-            ));
-        }
-        self.exec_as_root(id, &mkdir, "creating /work, /steps and /outputs")
+        // Docker refuses uploads to a missing path, so the folders come
+        // first, as one small upload to `/` (an exec would cost a round
+        // trip through the engine's exec machinery).
+        let skeleton = folder_skeleton()?;
+        self.engine
+            .upload(id, "/", skeleton.path(), pack_dir(skeleton.path()))
             .await?;
         self.engine
             .upload(id, "/work", &run.checkout, pack_dir(&run.checkout))
@@ -158,7 +154,7 @@ impl DockerExecutor {
         if let Some(user) = &self.options.user {
             // Uploaded files belong to root; the steps run as the user.
             let chown = format!(
-                "chown -R {} /work /steps",
+                "chown -R {} /work /steps /outputs",
                 executor_core::script::quote(user)
             );
             self.exec_as_root(id, &chown, "giving /work to --user")
@@ -487,6 +483,27 @@ impl Executor for DockerExecutor {
         }
         Ok(CleanupReport { removed })
     }
+}
+
+/// A host folder holding the empty run folders, to upload to `/`.
+fn folder_skeleton() -> Result<tempfile::TempDir, ExecutorError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("knotless-skeleton-")
+        .tempdir()
+        .map_err(|e| ExecutorError::io("preparing the run folders", std::env::temp_dir(), e))?;
+    for (name, mode) in [
+        ("work", 0o755),
+        ("steps", 0o755),
+        ("outputs", 0o755),
+        (&STATE_DIR[1..], 0o1777),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::create_dir(&path)
+            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)))
+            .map_err(|e| ExecutorError::io("preparing the run folders", &path, e))?;
+    }
+    Ok(dir)
 }
 
 fn now_secs() -> u64 {

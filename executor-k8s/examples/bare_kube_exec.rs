@@ -15,7 +15,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pods: Api<Pod> = Api::default_namespaced(client);
     let start = std::time::Instant::now();
     for _ in 0..n {
-        let mut attached = pods.exec(&pod, ["true"], &AttachParams::default().stderr(true)).await?;
+        let mut attached = pods
+            .exec(&pod, ["true"], &AttachParams::default().stderr(true))
+            .await?;
         let status = attached.take_status().ok_or("no status channel")?.await;
         if status.and_then(|s| s.status) != Some("Success".into()) {
             return Err("exec failed".into());

@@ -103,6 +103,17 @@ impl K8sExecutor {
             .cluster
             .exec(pod, CONTAINER, &argv, stdin.is_some())
             .await?;
+        self.finish_checked(conn, stdin, stdout, what).await
+    }
+
+    /// Drives an open exec to its end; `Ok` only on exit 0.
+    async fn finish_checked(
+        &self,
+        conn: crate::cluster::ExecConnection,
+        stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        what: &str,
+    ) -> Result<(), ExecutorError> {
         let mut stderr = Vec::new();
         let ended = drive(
             conn,
@@ -130,60 +141,41 @@ impl K8sExecutor {
         }
     }
 
-    /// Whether the cluster speaks `v5.channel.k8s.io`, asked once with a
-    /// trivial exec: the copy-in command depends on it.
-    async fn speaks_v5(&self, pod: &str) -> Result<bool, ExecutorError> {
-        if let Some(v5) = *self.v5.lock().unwrap_or_else(|p| p.into_inner()) {
-            return Ok(v5);
-        }
-        let conn = self
-            .cluster
-            .exec(pod, CONTAINER, &["true".to_string()], false)
-            .await?;
-        let v5 = conn.v5;
-        let mut sink = tokio::io::sink();
-        let mut sink2 = tokio::io::sink();
-        drive(
-            conn,
-            None,
-            &mut sink,
-            &mut sink2,
-            &CancellationToken::new(),
-            self.options.keepalive,
-        )
-        .await?;
-        *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
-        Ok(v5)
-    }
-
     /// Streams `dir` into `target` as tar over an exec and checks tar's status.
     ///
     /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
     /// without closing the socket (and losing the status), and tar reads to
     /// end of file, so there `head -c SIZE` ends tar's input instead; the
     /// size comes from packing the folder once into nothing first.
-    async fn stream_in(
-        &self,
-        pod: &str,
-        dir: &Path,
-        target: &str,
-        v5: bool,
-    ) -> Result<(), ExecutorError> {
+    async fn stream_in(&self, pod: &str, dir: &Path, target: &str) -> Result<(), ExecutorError> {
         let what = format!("copying {} into {target}", dir.display());
-        let argv = if v5 {
-            vec!["tar".into(), "x".into(), "-C".into(), target.into()]
-        } else {
-            let size = tokio::io::copy(&mut pack_dir(dir), &mut tokio::io::sink())
-                .await
-                .map_err(|e| ExecutorError::backend(what.clone(), e))?;
-            vec![
-                "sh".into(),
-                "-c".into(),
-                "head -c \"$0\" | tar x -C \"$1\"".into(),
-                size.to_string(),
-                target.into(),
-            ]
-        };
+        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
+        if known != Some(false) {
+            // v5, or not known yet: the plain command, learning the protocol
+            // from the connection itself.
+            let argv: Vec<String> = vec!["tar".into(), "x".into(), "-C".into(), target.into()];
+            let conn = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
+            *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.v5);
+            if conn.v5 {
+                let mut tar = pack_dir(dir);
+                return self
+                    .finish_checked(conn, Some(&mut tar), &mut tokio::io::sink(), &what)
+                    .await;
+            }
+            // v4: closing this exec unsent gives tar an empty stdin; it
+            // extracts nothing, and the copy goes again, ended by size.
+            drop(conn);
+        }
+        let size = tokio::io::copy(&mut pack_dir(dir), &mut tokio::io::sink())
+            .await
+            .map_err(|e| ExecutorError::backend(what.clone(), e))?;
+        let argv = vec![
+            "sh".into(),
+            "-c".into(),
+            "head -c \"$0\" | tar x -C \"$1\"".into(),
+            size.to_string(),
+            target.into(),
+        ];
         let mut tar = pack_dir(dir);
         self.exec_checked(pod, argv, Some(&mut tar), &mut tokio::io::sink(), &what)
             .await
@@ -356,15 +348,19 @@ impl Executor for K8sExecutor {
                 },
             );
             let copy = async {
-                let v5 = self.speaks_v5(&pod).await?;
+                self.stream_in(&pod, &run.checkout, "/work").await?;
+                let v5 = self
+                    .v5
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or(true);
                 log.line(if v5 {
                     "exec protocol: v5.channel.k8s.io"
                 } else {
                     "exec protocol: v4.channel.k8s.io (the cluster predates v5: stdin is ended by size, not by closing it)"
                 });
-                self.stream_in(&pod, &run.checkout, "/work", v5).await?;
                 if let Some(steps) = &run.steps_dir {
-                    self.stream_in(&pod, steps, "/steps", v5).await?;
+                    self.stream_in(&pod, steps, "/steps").await?;
                 }
                 Ok::<_, ExecutorError>(())
             };
@@ -491,8 +487,7 @@ impl Executor for K8sExecutor {
             "creating a cache folder",
         )
         .await?;
-        let v5 = self.speaks_v5(&pod).await?;
-        self.stream_in(&pod, src, path, v5).await
+        self.stream_in(&pod, src, path).await
     }
 
     async fn copy_out(
