@@ -198,6 +198,16 @@ impl Engine for BollardEngine {
                 })
             }
             Err(err) if status(&err) == Some(404) => Ok(ContainerState::default()),
+            // podman names states Docker does not (`stopped`), which the
+            // typed client cannot read: such a container exists and is not running.
+            Err(
+                bollard::errors::Error::JsonDataError { .. }
+                | bollard::errors::Error::JsonSerdeError { .. },
+            ) => Ok(ContainerState {
+                exists: true,
+                running: false,
+                oom_killed: false,
+            }),
             Err(err) => Err(fail(format!("inspecting container {id}"))(err)),
         }
     }
