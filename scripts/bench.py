@@ -62,9 +62,13 @@ class Bench:
 
     def median(self, fn):
         values = [fn() for _ in range(self.reps)]
+
+        def med(xs):
+            xs = [x for x in xs if x is not None]
+            return statistics.median(xs) if xs else None
         if isinstance(values[0], tuple):
-            return tuple(statistics.median(v[i] for v in values) for i in range(len(values[0])))
-        return statistics.median(values)
+            return tuple(med(v[i] for v in values) for i in range(len(values[0])))
+        return med(values)
 
     def steps(self, name, lines):
         path = self.tmp / f"{name}.tsv"

@@ -517,20 +517,8 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// Eight hex digits, different on every call.
 fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    format!("{:08x}", h.finish() as u32)
+    executor_core::labels::random_hex(8)
 }
 
 #[cfg(test)]

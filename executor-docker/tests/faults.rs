@@ -14,23 +14,7 @@ use executor_docker::engine::{ContainerSpec, Engine};
 use executor_docker::{BollardEngine, DockerExecutor, DockerOptions};
 use tokio_util::sync::CancellationToken;
 
-struct Docker(DockerExecutor);
-
-#[async_trait::async_trait]
-impl Backend for Docker {
-    fn executor(&self) -> &dyn Executor {
-        &self.0
-    }
-    fn image(&self) -> Option<String> {
-        Some(common::image())
-    }
-    async fn leftovers(&self, runner: &str) -> Vec<String> {
-        self.0
-            .leftovers(runner)
-            .await
-            .unwrap_or_else(|e| vec![e.to_string()])
-    }
-}
+use common::Docker;
 
 async fn docker_with(options: DockerOptions) -> Docker {
     Docker(common::executor(options).await)

@@ -46,13 +46,7 @@ fn now_secs() -> u64 {
 }
 
 fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u64(now_secs());
-    format!("{:06x}", h.finish() as u32 & 0xff_ffff)
+    executor_core::labels::random_hex(6)
 }
 
 impl K8sExecutor {

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::K8s;
+use executor_conformance::fixture::SharedBuf;
 use executor_conformance::fixture::{
     assert_nothing_left, run_to_end, run_watched, Fixture, WatchedLog,
 };
@@ -432,21 +433,4 @@ async fn a_real_run_makes_the_calls_its_dry_run_printed() {
     expected_dedup.dedup_by(|a, b| a == b && a.1.ends_with("/pods") && a.0 == "GET");
     assert_eq!(actual, expected_dedup, "\ndry-run printed:\n{text}");
     assert_nothing_left(&backend, &fx.runner).await;
-}
-
-#[derive(Clone, Default)]
-struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-impl SharedBuf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-impl std::io::Write for SharedBuf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use executor_conformance::fixture::SharedBuf;
 use executor_core::{run, CleanupScope, Executor, RunLog, RunSpec, RunStatus, Step};
 use executor_shell::{Plan, ShellExecutor};
 use tokio_util::sync::CancellationToken;
@@ -125,21 +126,4 @@ fn hash_of(raw: &str) -> String {
         .next()
         .unwrap()
         .to_string()
-}
-
-#[derive(Clone, Default)]
-struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-impl SharedBuf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-impl std::io::Write for SharedBuf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

@@ -28,3 +28,22 @@ pub async fn executor(options: DockerOptions) -> DockerExecutor {
         Err(err) => panic!("{err}\nrun `eval \"$(scripts/prepare-engine.sh)\"` first"),
     }
 }
+
+/// The Docker executor as a conformance backend.
+pub struct Docker(pub DockerExecutor);
+
+#[async_trait::async_trait]
+impl executor_conformance::Backend for Docker {
+    fn executor(&self) -> &dyn executor_core::Executor {
+        &self.0
+    }
+    fn image(&self) -> Option<String> {
+        Some(image())
+    }
+    async fn leftovers(&self, runner: &str) -> Vec<String> {
+        self.0
+            .leftovers(runner)
+            .await
+            .unwrap_or_else(|e| vec![format!("cannot list containers: {e}")])
+    }
+}
