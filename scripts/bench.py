@@ -119,6 +119,8 @@ class Bench:
 
     def row(self, measurement, where, ours, baseline, ratio, target, met, note=""):
         self.rows.append((measurement, where, ours, baseline, ratio, target, "yes" if met else "**no**", note))
+        # Written after every row, so a long run that is stopped keeps what it measured.
+        self.report(self.args.out, partial=True)
         print(f"  {measurement} [{where}]: {ours} vs {baseline} -> {ratio} (target {target}) {'ok' if met else 'MISSED'}", flush=True)
 
     # -- engines ---------------------------------------------------------
@@ -211,16 +213,27 @@ spec:
                     self.row(f"checkout in: {label}", where, f"{ours:.2f} s", f"{base_in:.2f} s (`tar c | {'docker' if cid else 'kubectl'} exec -i … tar x`)", f"{ours / base_in:.2f}×", "≤ 1× (no slower)", ours <= base_in * 1.05, f"runner peak RSS {rss >> 20} MiB")
                     if executor == "docker":
                         self.memory.append((f"checkout {label}", rss))
-                # Outputs: the step makes the data; the same step writing elsewhere is subtracted.
-                make = {"one file": f"head -c {big} /dev/urandom > DIR/big.bin", "small files": f"i=0; while [ $i -lt {small} ]; do head -c 1024 /dev/urandom > DIR/f$i; i=$((i+1)); done"}
-                for kind, script in make.items():
+                # Outputs: the step makes the data (the big file from
+                # /dev/urandom, the small files copied from the steps folder);
+                # the same step writing elsewhere is subtracted.
+                small_src = self.checkout("small", small_files=small)
+                make = {
+                    "one file": (f"head -c {big} /dev/urandom > @DEST@/big.bin", None),
+                    "small files": ('cp -r "$STEPS_DIR"/. @DEST@/', small_src),
+                }
+                for kind, (script, steps_dir) in make.items():
                     label = f"{big >> 20} MiB as one file" if kind == "one file" else f"{small} small files"
-                    gen_out = self.steps("gen-out", [("gen", script.replace("DIR", '"$OUTPUTS_DIR"'))])
-                    gen_tmp = self.steps("gen-tmp", [("gen", "mkdir -p /tmp/x && " + script.replace("DIR", "/tmp/x"))])
-                    t_out = self.median(lambda: self.runner(executor, gen_out, empty)[0])
-                    t_tmp = self.median(lambda: self.runner(executor, gen_tmp, empty)[0])
+                    extra = ["--steps-dir", str(steps_dir)] if steps_dir else []
+                    gen_out = self.steps("gen-out", [("gen", script.replace("@DEST@", '"$OUTPUTS_DIR"'))])
+                    gen_tmp = self.steps("gen-tmp", [("gen", "mkdir -p /tmp/x && " + script.replace("@DEST@", "/tmp/x"))])
+                    t_out = self.median(lambda: self.runner(executor, gen_out, empty, extra)[0])
+                    t_tmp = self.median(lambda: self.runner(executor, gen_tmp, empty, extra)[0])
                     ours = max(t_out - t_tmp, 0.0)
-                    self.sh(f"{exec_out} sh -c 'rm -rf /tmp/o && mkdir -p /tmp/o && {script.replace('DIR', '/tmp/o')}'", shell=True)
+                    self.sh(f"{exec_out} sh -c 'rm -rf /tmp/o && mkdir -p /tmp/o'")
+                    if steps_dir:
+                        self.sh(f"tar c -C {steps_dir} . | {exec_in} tar x -C /tmp/o")
+                    else:
+                        self.sh(f"{exec_out} sh -c 'head -c {big} /dev/urandom > /tmp/o/big.bin'")
                     dest = self.tmp / "base-out"
 
                     def base_out():
@@ -361,7 +374,7 @@ spec:
         self.row(f"warm cache, {mib} MiB of {files} files: out", "docker", f"{ours_out:.2f} s", f"{b_out:.2f} s (`docker exec … tar c | tar x`)", f"{ours_out / b_out:.2f}×", "≤ 1× (no slower)", ours_out <= b_out * 1.05)
 
     # -- report ----------------------------------------------------------
-    def report(self, path):
+    def report(self, path, partial=False):
         cpu = ""
         try:
             cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -381,10 +394,13 @@ spec:
             "|---|---|---|---|---|---|---|---|",
         ]
         lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        if partial:
+            lines += ["", "_This run is still going or was stopped: the rows above are all it measured._"]
         if self.notes:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         Path(path).write_text("\n".join(lines) + "\n")
-        print(f"wrote {path}")
+        if not partial:
+            print(f"wrote {path}")
 
     def run(self):
         self.memory = []
@@ -395,7 +411,10 @@ spec:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            for part in [self.per_step, self.transfer, self.logs, self.memory_row, self.start_to_first_step, self.concurrency, self.cache]:
+            parts = [self.per_step, self.transfer, self.logs, self.memory_row, self.start_to_first_step, self.concurrency, self.cache]
+            if self.args.only:
+                parts = [p for p in parts if p.__name__ in self.args.only or p.__name__ == "per_step"]
+            for part in parts:
                 print(f"== {part.__name__}", flush=True)
                 part()
         finally:
@@ -409,6 +428,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs memory_row start_to_first_step concurrency cache)")
     Bench(parser.parse_args()).run()
 
 
