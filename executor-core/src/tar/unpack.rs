@@ -7,6 +7,9 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_tar::{Archive, EntryType};
 
+/// Bytes gathered before each write of a file's contents.
+const WRITE_BUF: usize = 1 << 20;
+
 /// Caps on what an untrusted stream may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnpackLimits {
@@ -202,13 +205,16 @@ impl Unpacker {
                 }
                 remove_non_dir(&target).await.map_err(io_err)?;
                 let mode = entry.header().mode().map_err(io_err)? & 0o777;
-                let mut file = tokio::fs::OpenOptions::new()
+                let file = tokio::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(mode | 0o200)
                     .open(&target)
                     .await
                     .map_err(io_err)?;
+                // Every tokio file write is a trip to the blocking pool: write
+                // in large pieces, not tokio::io::copy's 8 KiB ones.
+                let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUF, file);
                 // Copy no more than the header promised, even if the reader misbehaves.
                 let written = tokio::io::copy(&mut (&mut *entry).take(size), &mut file)
                     .await
