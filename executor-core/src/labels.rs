@@ -81,6 +81,14 @@ pub fn dns_name(parts: &[&str], max: usize) -> String {
     }
 }
 
+/// Seconds since the Unix epoch, as expiry labels hold them.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 /// `digits` hex digits, different on every call in a process and unlikely
 /// to repeat across processes: suffixes that keep names unique.
 ///

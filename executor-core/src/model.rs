@@ -171,6 +171,37 @@ impl RunSpec {
     }
 }
 
+impl RunSpec {
+    /// Checks that the checkout and steps folders are folders on this host;
+    /// every backend calls it first in `start`, before creating anything.
+    ///
+    /// ```
+    /// let spec = executor_core::RunSpec::new("r", "did:plc:r", "/no/such/folder", "out");
+    /// assert!(spec.check_folders().unwrap_err().to_string().contains("--workdir /no/such/folder"));
+    /// ```
+    pub fn check_folders(&self) -> Result<(), ExecutorError> {
+        check_dir(&self.checkout, "--workdir")?;
+        if let Some(steps) = &self.steps_dir {
+            check_dir(steps, "--steps-dir")?;
+        }
+        Ok(())
+    }
+}
+
+fn check_dir(path: &std::path::Path, flag: &str) -> Result<(), ExecutorError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ExecutorError::InvalidInput(format!(
+            "{flag} {} is not a folder",
+            path.display()
+        ))),
+        Err(e) => Err(ExecutorError::InvalidInput(format!(
+            "{flag} {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
 /// Checks that `key` is a portable environment variable name.
 ///
 /// ```

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use executor_core::labels::{
@@ -75,7 +75,9 @@ impl DockerExecutor {
     }
 
     fn container_spec(&self, run: &RunSpec, image: &str) -> ContainerSpec {
-        let expires = now_secs() + run.run_timeout.as_secs() + self.options.expiry_grace.as_secs();
+        let expires = executor_core::labels::unix_now()
+            + run.run_timeout.as_secs()
+            + self.options.expiry_grace.as_secs();
         let labels = HashMap::from([
             (RUNNER_LABEL.to_string(), label_value(&run.runner)),
             (RUN_LABEL.to_string(), label_value(&run.name)),
@@ -302,19 +304,7 @@ impl Executor for DockerExecutor {
         let image = run.image.as_deref().ok_or_else(|| {
             ExecutorError::InvalidInput("the docker executor needs --image".into())
         })?;
-        for (dir, flag) in [
-            (Some(&run.checkout), "--workdir"),
-            (run.steps_dir.as_ref(), "--steps-dir"),
-        ] {
-            if let Some(dir) = dir {
-                if !dir.is_dir() {
-                    return Err(ExecutorError::InvalidInput(format!(
-                        "{flag} {} is not a folder",
-                        dir.display()
-                    )));
-                }
-            }
-        }
+        run.check_folders()?;
         self.ensure_image(image, log).await?;
         let spec = self.container_spec(run, image);
         let id = self.engine.create(&spec).await?;
@@ -465,7 +455,7 @@ impl Executor for DockerExecutor {
         runner: &str,
         scope: CleanupScope,
     ) -> Result<CleanupReport, ExecutorError> {
-        let now = now_secs();
+        let now = executor_core::labels::unix_now();
         let mut removed = Vec::new();
         for (id, labels) in self.runner_containers(runner).await? {
             if self.live().contains(&id) {
@@ -504,13 +494,6 @@ fn folder_skeleton() -> Result<tempfile::TempDir, ExecutorError> {
             .map_err(|e| ExecutorError::io("preparing the run folders", &path, e))?;
     }
     Ok(dir)
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 fn short(id: &str) -> &str {

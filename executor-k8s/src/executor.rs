@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
@@ -36,13 +35,6 @@ struct LiveRun {
     has_secret: bool,
     /// Each step's index and its variable names, for the exports.
     steps: HashMap<String, (usize, Vec<String>)>,
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 fn random_suffix() -> String {
@@ -270,19 +262,14 @@ impl Executor for K8sExecutor {
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
-        for (dir, flag) in [
-            (Some(&run.checkout), "--workdir"),
-            (run.steps_dir.as_ref(), "--steps-dir"),
-        ] {
-            if let Some(dir) = dir.filter(|d| !d.is_dir()) {
-                return Err(ExecutorError::InvalidInput(format!(
-                    "{flag} {} is not a folder",
-                    dir.display()
-                )));
-            }
-        }
-        let objects = objects(run, &self.options, &random_suffix(), now_secs())
-            .map_err(ExecutorError::InvalidInput)?;
+        run.check_folders()?;
+        let objects = objects(
+            run,
+            &self.options,
+            &random_suffix(),
+            executor_core::labels::unix_now(),
+        )
+        .map_err(ExecutorError::InvalidInput)?;
         let name = objects.name.clone();
         if let Some(secret) = &objects.secret {
             self.cluster.create_secret(secret).await?;
@@ -530,7 +517,7 @@ impl Executor for K8sExecutor {
         scope: CleanupScope,
     ) -> Result<CleanupReport, ExecutorError> {
         let selector = runner_selector(runner);
-        let now = now_secs();
+        let now = executor_core::labels::unix_now();
         let live: Vec<String> = self.live().keys().cloned().collect();
         let owned = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             let annotations = meta.annotations.clone().unwrap_or_default();

@@ -118,20 +118,6 @@ fn inside_run(run: &RunHandle, path: &str) -> Result<PathBuf, ExecutorError> {
     Ok(p.to_path_buf())
 }
 
-fn check_dir(path: &Path, flag: &str) -> Result<(), ExecutorError> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(ExecutorError::InvalidInput(format!(
-            "{flag} {} is not a folder",
-            path.display()
-        ))),
-        Err(e) => Err(ExecutorError::InvalidInput(format!(
-            "{flag} {}: {e}",
-            path.display()
-        ))),
-    }
-}
-
 #[async_trait]
 impl Executor for ShellExecutor {
     fn kind(&self) -> &str {
@@ -144,10 +130,7 @@ impl Executor for ShellExecutor {
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
-        check_dir(&run.checkout, "--workdir")?;
-        if let Some(steps) = &run.steps_dir {
-            check_dir(steps, "--steps-dir")?;
-        }
+        run.check_folders()?;
         if let Some(plan) = &self.plan {
             return Ok(plan.start(&self.base, run));
         }
