@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
@@ -36,6 +37,10 @@ struct LiveRun {
     /// Each step's index and its variable names, for the exports.
     steps: HashMap<String, (usize, Vec<String>)>,
 }
+
+/// How long the pod's status may lag a container that stopped under a
+/// step: the kubelet reports a kill on its next status sync.
+const STATUS_LAG: Duration = Duration::from_secs(30);
 
 fn random_suffix() -> String {
     executor_core::labels::random_hex(6)
@@ -216,37 +221,26 @@ impl K8sExecutor {
     }
 
     /// Why a step's exec ended without a status: what happened to the pod.
-    async fn pod_fate(&self, pod: &str) -> Option<String> {
-        match self.cluster.get_pod(pod).await {
-            Ok(None) => Some(format!("pod {pod} was deleted")),
-            Ok(Some(p)) => {
-                if p.metadata.deletion_timestamp.is_some() {
-                    return Some(format!("pod {pod} was deleted"));
-                }
-                let status = p.status?;
-                if let Some(reason) = status
-                    .reason
-                    .filter(|_| status.phase.as_deref() == Some("Failed"))
-                {
-                    return Some(format!(
-                        "pod {pod} was {}: {}",
-                        reason.to_lowercase(),
-                        status.message.unwrap_or_default()
-                    ));
-                }
-                let terminated = status
-                    .container_statuses
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find_map(|c| c.state?.terminated)?;
-                Some(format!(
-                    "pod {pod}'s container ended: {} (exit {})",
-                    terminated.reason.unwrap_or_default(),
-                    terminated.exit_code
-                ))
+    ///
+    /// `None` when the pod still answers, so the environment is there and
+    /// only the exec's status was lost.
+    async fn lost_environment(&self, live: &LiveRun) -> Option<String> {
+        if let Ok(pod) = self.cluster.get_pod(&live.pod).await {
+            if let Some(fate) = wait::pod_fate(&live.pod, pod.as_ref()) {
+                return Some(fate);
             }
-            Err(_) => None,
         }
+        if self.answers(&live.pod).await {
+            return None;
+        }
+        let fate = wait::fate(&*self.cluster, &live.pod_selector, &live.pod, STATUS_LAG).await;
+        Some(fate.unwrap_or_else(|| {
+            format!(
+                "pod {}'s container stopped while the step ran, and the pod's status gave no reason within {}s",
+                live.pod,
+                STATUS_LAG.as_secs()
+            )
+        }))
     }
 }
 
@@ -406,17 +400,10 @@ impl Executor for K8sExecutor {
         .await?;
         match ended {
             Ended::Exited(code) => {
+                // 137 is SIGKILL: the step's own OOM kill, or the pod dying under it.
                 if code == 137 {
-                    // SIGKILL: the step's own OOM kill, or the pod dying under it.
-                    // Its status may lag the kill; an exec that no longer runs tells.
-                    if let Some(fate) = self.pod_fate(&live.pod).await {
+                    if let Some(fate) = self.lost_environment(&live).await {
                         return Err(ExecutorError::EnvironmentLost(fate));
-                    }
-                    if !self.answers(&live.pod).await {
-                        let fate = self.pod_fate(&live.pod).await;
-                        return Err(ExecutorError::EnvironmentLost(fate.unwrap_or_else(|| {
-                            format!("pod {}'s container stopped while the step ran", live.pod)
-                        })));
                     }
                 }
                 Ok(CommandOutcome::exited(code))
@@ -441,7 +428,7 @@ impl Executor for K8sExecutor {
                 }
                 Ok(CommandOutcome::Interrupted)
             }
-            Ended::Failed(msg) | Ended::Closed(msg) => match self.pod_fate(&live.pod).await {
+            Ended::Failed(msg) | Ended::Closed(msg) => match self.lost_environment(&live).await {
                 Some(fate) => Err(ExecutorError::EnvironmentLost(fate)),
                 None => Err(ExecutorError::LostExitStatus {
                     what: format!("step {}", step.name),

@@ -249,3 +249,85 @@ pub async fn gone(
         }
     }
 }
+
+/// What a pod's object says happened to it, if it says anything yet: why a
+/// step's exec ended without a status. `None` for a pod that still looks
+/// healthy.
+pub fn pod_fate(name: &str, pod: Option<&Pod>) -> Option<String> {
+    let Some(pod) = pod else {
+        return Some(format!("pod {name} was deleted"));
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some(format!("pod {name} was deleted"));
+    }
+    let status = pod.status.as_ref()?;
+    if let Some(reason) = status
+        .reason
+        .as_ref()
+        .filter(|_| status.phase.as_deref() == Some("Failed"))
+    {
+        return Some(format!(
+            "pod {name} was {}: {}",
+            reason.to_lowercase(),
+            status.message.clone().unwrap_or_default()
+        ));
+    }
+    let terminated = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.clone())?;
+    Some(format!(
+        "pod {name}'s container ended: {} (exit {})",
+        terminated.reason.unwrap_or_default(),
+        terminated.exit_code
+    ))
+}
+
+/// Waits, within `timeout`, for the pod `name` (matched by `selector`) to
+/// say what happened to it.
+///
+/// The kubelet reports a killed container some time after the kill, so an
+/// exec can end before the pod's status explains why. `None` when the
+/// status still says nothing at the deadline.
+pub async fn fate(
+    cluster: &dyn Cluster,
+    selector: &str,
+    name: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let (pods, rv) = cluster.list_pods(selector).await.ok()?;
+        let pod = pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name));
+        if let Some(fate) = pod_fate(name, pod) {
+            return Some(fate);
+        }
+        let mut events = cluster.watch_pods(selector, &rv).await.ok()?;
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(WatchEvent::Added(pod))) | Some(Ok(WatchEvent::Modified(pod)))
+                        if pod.metadata.name.as_deref() == Some(name) =>
+                    {
+                        if let Some(fate) = pod_fate(name, Some(&pod)) {
+                            return Some(fate);
+                        }
+                    }
+                    Some(Ok(WatchEvent::Deleted(pod))) if pod.metadata.name.as_deref() == Some(name) => {
+                        return pod_fate(name, None);
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => return None,
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+    }
+}

@@ -257,6 +257,9 @@ fn watch(shared: &Shared, route: &Route, query: &str) -> Response<Body> {
         .unwrap_or(0);
     let timeout = query_get(query, "timeoutSeconds").and_then(|v| v.parse::<u64>().ok());
     let kind = route.kind;
+    if kind == Kind::Pod {
+        shared.faults.note_pod_watch();
+    }
     let ns = route.ns.clone();
     let matches = move |object: &Value| {
         ns.as_deref()

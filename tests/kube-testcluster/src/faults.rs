@@ -45,11 +45,12 @@ struct State {
     requests: Vec<RequestFault>,
     cut_exec_after_output: bool,
     idle_ws_timeout: Option<Duration>,
+    status_lag: bool,
 }
 
 /// The faults in force; every setter applies to what happens next.
 #[derive(Debug, Default)]
-pub struct Faults(Mutex<State>);
+pub struct Faults(Mutex<State>, tokio::sync::Notify);
 
 impl Faults {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -85,6 +86,22 @@ impl Faults {
         self.lock().idle_ws_timeout = d;
     }
 
+    /// A killed container's status is reported only once a client watches
+    /// pods, as a real kubelet reports it on a later sync: whoever asks at
+    /// once sees a pod that still looks healthy.
+    pub fn status_lag(&self, on: bool) {
+        self.lock().status_lag = on;
+    }
+
+    pub(crate) fn lags_status(&self) -> bool {
+        self.lock().status_lag
+    }
+    pub(crate) fn note_pod_watch(&self) {
+        self.1.notify_waiters();
+    }
+    pub(crate) async fn pod_watched(&self) {
+        self.1.notified().await;
+    }
     pub(crate) fn scheduling(&self) -> (Option<Duration>, bool, Option<ImagePullFault>) {
         let s = self.lock();
         (s.pending_for, s.unschedulable, s.image_pull)

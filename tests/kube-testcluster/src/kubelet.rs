@@ -583,6 +583,13 @@ impl Kubelet {
                         .kill_container(id, None::<bollard::query_parameters::KillContainerOptions>)
                         .await;
                 }
+                if self.faults.lags_status() {
+                    let watched = self.faults.pod_watched();
+                    tokio::select! {
+                        _ = watched => {}
+                        _ = self.closing.cancelled() => return,
+                    }
+                }
                 self.terminated(ns, name, 137, reason, pod_reason);
                 if fault == PodFault::Evict {
                     if let Some(pod) = self.store.get(Kind::Pod, ns, name) {
