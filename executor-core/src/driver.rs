@@ -14,16 +14,22 @@ use crate::{
     StepCommand, StepResult, StepStatus,
 };
 
-/// How long an interrupted operation, and each of `outputs` and `stop`, may
-/// take before the driver gives up on it.
+/// How long an interrupted operation, and `stop`, may take before the
+/// driver gives up on it.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+/// How long bringing the outputs back may take. Generous: outputs are
+/// often large (screenshots, builds) and must come back after a failure.
+pub const DEFAULT_OUTPUTS_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// Options of [`run_with`].
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
     /// How long an interrupted operation may take to wind down, and the
-    /// limit of `outputs` and `stop` each.
+    /// limit of `stop`.
     pub grace: Duration,
+    /// The limit of `outputs`.
+    pub outputs_timeout: Duration,
     /// Where the run's caches live on the host; `None` skips them.
     pub caches: Option<CacheStore>,
 }
@@ -32,6 +38,7 @@ impl Default for DriverOptions {
     fn default() -> Self {
         DriverOptions {
             grace: DEFAULT_GRACE,
+            outputs_timeout: DEFAULT_OUTPUTS_TIMEOUT,
             caches: None,
         }
     }
@@ -102,6 +109,7 @@ pub async fn run_with(
         steps: Vec::new(),
         outputs: Vec::new(),
         caches: Vec::new(),
+        phases: Default::default(),
     };
     let watch = Watch {
         cancel: &cancel,
@@ -120,11 +128,19 @@ pub async fn run_with(
         spec.runner
     ));
     let token = CancellationToken::new();
-    let handle = match watch
+    let start_began = Instant::now();
+    let started = watch
         .supervise(executor.start(spec, log, token.clone()), &token, None)
-        .await
-    {
-        Supervised::Done(Ok(handle)) => handle,
+        .await;
+    result.phases.start_ms = millis(start_began);
+    let handle = match started {
+        Supervised::Done(Ok(handle)) => {
+            log.line(&format!(
+                "environment ready ({})",
+                seconds(result.phases.start_ms)
+            ));
+            handle
+        }
         Supervised::Done(Err(err)) => {
             log.line(&format!("start failed: {err}"));
             return finish(
@@ -195,14 +211,27 @@ pub async fn run_with(
 
     // Outputs, whatever happened to the steps.
     log.line("collecting outputs");
-    match tokio::time::timeout(options.grace, executor.outputs(&handle, &spec.outputs)).await {
-        Ok(Ok(())) => {}
+    let outputs_began = Instant::now();
+    let collected = tokio::time::timeout(
+        options.outputs_timeout,
+        executor.outputs(&handle, &spec.outputs),
+    )
+    .await;
+    result.phases.outputs_ms = millis(outputs_began);
+    match collected {
+        Ok(Ok(())) => log.line(&format!(
+            "outputs collected ({})",
+            seconds(result.phases.outputs_ms)
+        )),
         Ok(Err(err)) => {
             log.line(&format!("collecting outputs failed: {err}"));
             note_error(&mut status, &mut error, format!("outputs: {err}"));
         }
         Err(_) => {
-            let msg = format!("outputs: not collected within {:?}", options.grace);
+            let msg = format!(
+                "outputs: not collected within {:?}",
+                options.outputs_timeout
+            );
             log.line(&msg);
             note_error(&mut status, &mut error, msg);
         }
@@ -228,6 +257,10 @@ fn folder_size(dir: &std::path::Path) -> u64 {
 
 fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
 }
 
 /// Streams each cache's host copy in; a cold or failed cache is logged,
@@ -462,7 +495,9 @@ async fn stop_once(
     result: &mut RunResult,
 ) {
     log.line("stopping the environment");
+    let began = Instant::now();
     let outcome = tokio::time::timeout(grace, executor.stop(handle)).await;
+    result.phases.stop_ms = millis(began);
     let err = match outcome {
         Ok(Ok(())) => return,
         Ok(Err(err)) => format!("stop: {err}"),

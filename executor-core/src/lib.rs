@@ -31,7 +31,7 @@ mod steps_file;
 pub mod tar;
 
 pub use cache::{CacheResult, CacheSpec, CacheStore};
-pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};
+pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE, DEFAULT_OUTPUTS_TIMEOUT};
 pub use error::ExecutorError;
 #[cfg(feature = "mock")]
 pub use executor::MockExecutor;
@@ -39,6 +39,7 @@ pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHan
 pub use log::{MemoryLog, RunLog};
 pub use model::{validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT};
 pub use result::{
-    manifest, media_type, OutputFile, RunResult, RunStatus, StepResult, StepStatus, RESULT_SCHEMA,
+    manifest, media_type, OutputFile, Phases, RunResult, RunStatus, StepResult, StepStatus,
+    RESULT_SCHEMA,
 };
 pub use steps_file::{parse_steps, read_steps_file, StepsFileError};

@@ -157,6 +157,27 @@ pub struct RunResult {
     /// Every cache of the run, in the order given.
     #[serde(default)]
     pub caches: Vec<crate::CacheResult>,
+    /// Time spent outside the steps.
+    #[serde(default)]
+    pub phases: Phases,
+}
+
+/// Milliseconds a run spent outside its steps, so a slow run says where
+/// its time went: the environment and checkout, the outputs, the teardown.
+///
+/// ```
+/// let phases = executor_core::Phases::default();
+/// assert_eq!(serde_json::to_value(&phases).unwrap()["startMs"], 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Phases {
+    /// `start`: creating the environment, streaming the checkout and steps in.
+    pub start_ms: u64,
+    /// `outputs`: streaming `/outputs` back to the host folder.
+    pub outputs_ms: u64,
+    /// `stop`: tearing the environment down.
+    pub stop_ms: u64,
 }
 
 impl RunResult {

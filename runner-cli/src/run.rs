@@ -169,6 +169,7 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &st
         steps,
         outputs: Vec::new(),
         caches: Vec::new(),
+        phases: Default::default(),
     };
     if let Err(err) = result.write_to(&args.result) {
         eprintln!("runner-cli: {err}");

@@ -11,8 +11,8 @@ use executor_conformance::fakes::MockExecutor;
 use executor_conformance::fixture::assert_valid_result;
 use executor_core::tar::{UnpackLimits, UnpackSummary};
 use executor_core::{
-    run, CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
-    RunResult, RunSpec, RunStatus, Step, StepCommand, StepStatus,
+    run, run_with, CleanupReport, CleanupScope, CommandOutcome, DriverOptions, Executor,
+    ExecutorError, RunHandle, RunLog, RunResult, RunSpec, RunStatus, Step, StepCommand, StepStatus,
 };
 use mockall::predicate::always;
 use tokio::sync::Notify;
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 struct Fake {
     mock: MockExecutor,
     hang_in_command: bool,
+    hang_in_outputs: bool,
     entered: Arc<Notify>,
 }
 
@@ -53,6 +54,9 @@ impl Executor for Fake {
         self.mock.command(run, step, log, interrupt).await
     }
     async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+        if self.hang_in_outputs {
+            std::future::pending::<()>().await;
+        }
         self.mock.outputs(run, dest).await
     }
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -115,6 +119,7 @@ async fn drive(
     let fake = Fake {
         mock,
         hang_in_command: hang,
+        hang_in_outputs: false,
         entered: Arc::new(Notify::new()),
     };
     let result = run(&fake, spec, &RunLog::discard(), cancel).await;
@@ -352,6 +357,7 @@ async fn cancel_mid_step() {
     let fake = Fake {
         mock,
         hang_in_command: true,
+        hang_in_outputs: false,
         entered: Arc::new(Notify::new()),
     };
     let cancel = CancellationToken::new();
@@ -454,6 +460,45 @@ async fn failing_outputs_makes_a_successful_run_an_error_and_still_stops() {
         result.error.as_deref(),
         Some("outputs: download /outputs: connection reset")
     );
+}
+
+#[tokio::test]
+async fn outputs_that_never_finish_end_at_the_outputs_timeout_and_still_stop() {
+    let out = tempfile::tempdir().unwrap();
+    let mut mock = MockExecutor::new();
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_outputs().times(0);
+    mock.expect_stop().times(1).returning(|_| Ok(()));
+    let fake = Fake {
+        mock,
+        hang_in_command: false,
+        hang_in_outputs: true,
+        entered: Arc::new(Notify::new()),
+    };
+    let options = DriverOptions {
+        outputs_timeout: Duration::from_millis(100),
+        ..DriverOptions::default()
+    };
+    let result = run_with(
+        &fake,
+        &spec(out.path(), &["a"]),
+        &RunLog::discard(),
+        CancellationToken::new(),
+        &options,
+    )
+    .await;
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Error);
+    assert_eq!(
+        result.error.as_deref(),
+        Some("outputs: not collected within 100ms")
+    );
+    assert!(result.phases.outputs_ms >= 100, "{:?}", result.phases);
 }
 
 #[tokio::test]
