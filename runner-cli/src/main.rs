@@ -22,7 +22,14 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One run moves a few streams at a time; a single-threaded runtime
+    // moves them with a third of the system time of a work-stealing one,
+    // which on small machines is time taken from the engine (BENCHMARKS.md).
+    // File I/O still goes to tokio's blocking pool.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("runner-cli: cannot start the async runtime: {err}");

@@ -4,13 +4,15 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, DuplexStream, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, DuplexStream, ReadBuf};
 use tokio::task::JoinHandle;
-use tokio_tar::{Builder, HeaderMode};
+use tokio_tar::{Builder, Header, HeaderMode};
 
 /// How much packed data may wait between the packer and its reader; the
 /// packer blocks beyond this, so memory stays flat whatever the folder's size.
 const PIPE_BYTES: usize = 256 * 1024;
+/// How much of a file one read takes.
+const READ_BUF: usize = 1024 * 1024;
 
 /// A tar stream of a folder, produced on the fly by a background task.
 ///
@@ -103,10 +105,16 @@ async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Re
                 .await
                 .map_err(|e| with_path(e, &child_abs))?
                 .file_type();
-            builder
-                .append_path_with_name(&child_abs, &child_rel)
-                .await
-                .map_err(|e| with_path(e, &child_abs))?;
+            if kind.is_file() {
+                append_file(builder, &child_abs, &child_rel)
+                    .await
+                    .map_err(|e| with_path(e, &child_abs))?;
+            } else {
+                builder
+                    .append_path_with_name(&child_abs, &child_rel)
+                    .await
+                    .map_err(|e| with_path(e, &child_abs))?;
+            }
             if kind.is_dir() {
                 subdirs.push(child_rel);
             }
@@ -114,6 +122,62 @@ async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Re
         pending.extend(subdirs.into_iter().rev());
     }
     Ok(())
+}
+
+/// Appends one regular file, read in large pieces: every tokio file read
+/// is a trip to the blocking pool, and the builder's own copy asks for
+/// 8 KiB at a time. The header's size is the opened file's; a file that
+/// shrinks while it is packed is an error, never a short entry.
+async fn append_file(
+    builder: &mut Builder<DuplexStream>,
+    abs: &Path,
+    rel: &Path,
+) -> io::Result<()> {
+    // Never follow a link that replaced the file since it was listed.
+    let file = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(abs)
+        .await?;
+    let meta = file.metadata().await?;
+    let mut header = Header::new_gnu();
+    header.set_metadata_in_mode(&meta, HeaderMode::Complete);
+    let data = SizedReader {
+        inner: tokio::io::BufReader::with_capacity(READ_BUF, file).take(meta.len()),
+        remaining: meta.len(),
+    };
+    builder.append_data(&mut header, rel, data).await
+}
+
+/// Ends with an error, not quietly, when `inner` runs out before
+/// `remaining` bytes: a shrinking file. (`take` cuts a growing one at the
+/// size its header promised.)
+struct SizedReader<R> {
+    inner: R,
+    remaining: u64,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for SizedReader<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        let got = (buf.filled().len() - before) as u64;
+        if got == 0 && buf.remaining() > 0 && self.remaining > 0 {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the file shrank while it was packed ({} bytes missing)",
+                    self.remaining
+                ),
+            )));
+        }
+        self.remaining = self.remaining.saturating_sub(got);
+        Poll::Ready(Ok(()))
+    }
 }
 
 fn with_path(err: io::Error, path: &Path) -> io::Error {
@@ -141,5 +205,35 @@ impl AsyncRead for PackStream {
             Ok(result) => result,
             Err(join) => Err(io::Error::other(format!("tar packer failed: {join}"))),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_that_shrank_is_an_error_not_a_short_entry() {
+        let mut data = SizedReader {
+            inner: &b"abc"[..],
+            remaining: 5,
+        };
+        let err = tokio::io::copy(&mut data, &mut tokio::io::sink())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(err.to_string().contains("2 bytes missing"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_file_read_whole_ends_cleanly() {
+        let mut data = SizedReader {
+            inner: &b"abcde"[..],
+            remaining: 5,
+        };
+        let n = tokio::io::copy(&mut data, &mut tokio::io::sink())
+            .await
+            .unwrap();
+        assert_eq!(n, 5);
     }
 }
