@@ -216,7 +216,7 @@ impl Engine for BollardEngine {
         &self,
         id: &str,
         path: &str,
-        _source: &std::path::Path,
+        _what: &str,
         tar: PackStream,
     ) -> Result<(), ExecutorError> {
         let options = UploadToContainerOptions {

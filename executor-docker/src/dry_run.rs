@@ -1,7 +1,6 @@
 //! The dry-run engine: prints each call it is asked to make, makes none.
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -98,13 +97,12 @@ impl Engine for DryRunEngine {
         &self,
         id: &str,
         path: &str,
-        source: &Path,
+        what: &str,
         tar: PackStream,
     ) -> Result<(), ExecutorError> {
         drop(tar);
         self.say(format!(
-            "PUT /containers/{id}/archive?path={path} (tar stream of {})",
-            source.display()
+            "PUT /containers/{id}/archive?path={path} (tar stream of {what})"
         ));
         Ok(())
     }

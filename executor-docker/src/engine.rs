@@ -6,7 +6,6 @@
 //! what a dry-run prints and what a run does are the same sequence of calls.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -104,13 +103,13 @@ pub trait Engine: Send + Sync {
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError>;
     /// `GET /containers/{id}/json`.
     async fn inspect(&self, id: &str) -> Result<ContainerState, ExecutorError>;
-    /// `PUT /containers/{id}/archive?path=...`: a streamed tar body of the
-    /// host folder `source`.
+    /// `PUT /containers/{id}/archive?path=...`: a streamed tar body; `what`
+    /// says what it holds (for a dry-run to print).
     async fn upload(
         &self,
         id: &str,
         path: &str,
-        source: &Path,
+        what: &str,
         tar: PackStream,
     ) -> Result<(), ExecutorError>;
     /// `GET /containers/{id}/archive?path=...`: a streamed tar.

@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use executor_core::labels::{
     dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
 };
-use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{
+    pack_dir, pack_folders, unpack_untrusted, PackedFolder, UnpackLimits, UnpackSummary,
+};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunSpec, StepCommand,
@@ -138,21 +140,24 @@ impl DockerExecutor {
     /// Creates the run's folders and fills them; the container exists already.
     async fn prepare(&self, id: &str, run: &RunSpec) -> Result<(), ExecutorError> {
         self.engine.start(id).await?;
-        // Docker refuses uploads to a missing path, so the folders come
-        // first, as one small upload to `/` (an exec would cost a round
-        // trip through the engine's exec machinery).
-        let skeleton = folder_skeleton()?;
-        self.engine
-            .upload(id, "/", skeleton.path(), pack_dir(skeleton.path()))
-            .await?;
-        self.engine
-            .upload(id, "/work", &run.checkout, pack_dir(&run.checkout))
-            .await?;
+        // One upload to `/` creates the folders and fills them: Docker
+        // refuses uploads to a missing path, and every request and exec is
+        // a round trip through the engine.
+        let mut what = format!("the checkout {} as /work", run.checkout.display());
         if let Some(steps) = &run.steps_dir {
-            self.engine
-                .upload(id, "/steps", steps, pack_dir(steps))
-                .await?;
+            what.push_str(&format!(", the steps {} as /steps", steps.display()));
         }
+        what.push_str(", empty /outputs and ");
+        what.push_str(STATE_DIR);
+        let folders = vec![
+            PackedFolder::new("work", 0o755, Some(&run.checkout)),
+            PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
+            PackedFolder::new("outputs", 0o755, None),
+            PackedFolder::new(&STATE_DIR[1..], 0o1777, None),
+        ];
+        self.engine
+            .upload(id, "/", &what, pack_folders(folders))
+            .await?;
         if let Some(user) = &self.options.user {
             // Uploaded files belong to root; the steps run as the user.
             let chown = format!(
@@ -411,7 +416,7 @@ impl Executor for DockerExecutor {
         self.exec_as_root(&run.id, &mkdir, "creating a cache folder")
             .await?;
         self.engine
-            .upload(&run.id, path, src, pack_dir(src))
+            .upload(&run.id, path, &src.display().to_string(), pack_dir(src))
             .await?;
         if let Some(user) = &self.options.user {
             let chown = format!("chown -R {} {q}", executor_core::script::quote(user));
@@ -476,26 +481,6 @@ impl Executor for DockerExecutor {
 }
 
 /// A host folder holding the empty run folders, to upload to `/`.
-fn folder_skeleton() -> Result<tempfile::TempDir, ExecutorError> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("knotless-skeleton-")
-        .tempdir()
-        .map_err(|e| ExecutorError::io("preparing the run folders", std::env::temp_dir(), e))?;
-    for (name, mode) in [
-        ("work", 0o755),
-        ("steps", 0o755),
-        ("outputs", 0o755),
-        (&STATE_DIR[1..], 0o1777),
-    ] {
-        let path = dir.path().join(name);
-        std::fs::create_dir(&path)
-            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)))
-            .map_err(|e| ExecutorError::io("preparing the run folders", &path, e))?;
-    }
-    Ok(dir)
-}
-
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }

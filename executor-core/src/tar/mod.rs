@@ -8,5 +8,5 @@
 mod pack;
 mod unpack;
 
-pub use pack::{pack_dir, PackStream};
+pub use pack::{pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{unpack_untrusted, UnpackError, UnpackLimits, UnpackSummary};

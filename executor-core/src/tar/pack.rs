@@ -58,13 +58,91 @@ impl Drop for PackStream {
 /// # Ok(()) }
 /// ```
 pub fn pack_dir(dir: &Path) -> PackStream {
+    spawn_packer(Layout::Root(dir.to_path_buf()))
+}
+
+/// One top-level folder of a [`pack_folders`] archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedFolder {
+    /// Its name in the archive, e.g. `work`.
+    pub name: String,
+    /// Its permission bits, e.g. `0o755`.
+    pub mode: u32,
+    /// The host folder whose contents it holds; `None` for an empty folder.
+    pub source: Option<PathBuf>,
+}
+
+impl PackedFolder {
+    /// A folder named `name` with `mode`, holding `source`'s contents.
+    pub fn new(name: impl Into<String>, mode: u32, source: Option<&Path>) -> Self {
+        PackedFolder {
+            name: name.into(),
+            mode,
+            source: source.map(Path::to_path_buf),
+        }
+    }
+}
+
+/// Packs several folders into one tar stream, each under its own name:
+/// what a backend uploads in one request to create and fill a run's
+/// folders (`work/` with the checkout, `steps/`, an empty `outputs/`).
+///
+/// Entries are packed as by [`pack_dir`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use executor_core::tar::{pack_folders, unpack_untrusted, PackedFolder, UnpackLimits};
+/// let checkout = tempfile::tempdir()?;
+/// std::fs::write(checkout.path().join("main.c"), "int main;")?;
+/// let tar = pack_folders(vec![
+///     PackedFolder::new("work", 0o755, Some(checkout.path())),
+///     PackedFolder::new("outputs", 0o755, None),
+/// ]);
+/// let dest = tempfile::tempdir()?;
+/// unpack_untrusted(tar, dest.path(), UnpackLimits::default()).await.unwrap();
+/// assert!(dest.path().join("work/main.c").is_file());
+/// assert!(dest.path().join("outputs").is_dir());
+/// # Ok(()) }
+/// ```
+pub fn pack_folders(folders: Vec<PackedFolder>) -> PackStream {
+    spawn_packer(Layout::Folders(folders))
+}
+
+/// What a packer packs.
+enum Layout {
+    /// One folder's contents at the archive's root.
+    Root(PathBuf),
+    /// Named folders, each with its contents under its name.
+    Folders(Vec<PackedFolder>),
+}
+
+/// Packs `layout` in a background task, behind the pipe a [`PackStream`] reads.
+fn spawn_packer(layout: Layout) -> PackStream {
     let (writer, pipe) = tokio::io::duplex(PIPE_BYTES);
-    let dir = dir.to_path_buf();
     let packer = tokio::spawn(async move {
         let mut builder = Builder::new(writer);
         builder.follow_symlinks(false);
         builder.mode(HeaderMode::Complete);
-        append_tree(&mut builder, &dir).await?;
+        match layout {
+            Layout::Root(dir) => append_tree(&mut builder, &dir, Path::new("")).await?,
+            Layout::Folders(folders) => {
+                for folder in folders {
+                    let name = Path::new(&folder.name);
+                    let mut header = Header::new_gnu();
+                    header.set_entry_type(tokio_tar::EntryType::Directory);
+                    header.set_mode(folder.mode);
+                    header.set_size(0);
+                    header.set_mtime(crate::labels::unix_now());
+                    builder
+                        .append_data(&mut header, name, tokio::io::empty())
+                        .await?;
+                    if let Some(source) = &folder.source {
+                        append_tree(&mut builder, source, name).await?;
+                    }
+                }
+            }
+        }
         builder.finish().await?;
         let mut writer = builder.into_inner().await?;
         tokio::io::AsyncWriteExt::shutdown(&mut writer).await
@@ -75,7 +153,12 @@ pub fn pack_dir(dir: &Path) -> PackStream {
     }
 }
 
-async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Result<()> {
+/// Appends `root`'s contents with names under `prefix`.
+async fn append_tree(
+    builder: &mut Builder<DuplexStream>,
+    root: &Path,
+    prefix: &Path,
+) -> io::Result<()> {
     let meta = tokio::fs::metadata(root)
         .await
         .map_err(|e| with_path(e, root))?;
@@ -101,17 +184,18 @@ async fn append_tree(builder: &mut Builder<DuplexStream>, root: &Path) -> io::Re
         for name in names {
             let child_rel = rel.join(&name);
             let child_abs = abs.join(&name);
+            let archived = prefix.join(&child_rel);
             let kind = tokio::fs::symlink_metadata(&child_abs)
                 .await
                 .map_err(|e| with_path(e, &child_abs))?
                 .file_type();
             if kind.is_file() {
-                append_file(builder, &child_abs, &child_rel)
+                append_file(builder, &child_abs, &archived)
                     .await
                     .map_err(|e| with_path(e, &child_abs))?;
             } else {
                 builder
-                    .append_path_with_name(&child_abs, &child_rel)
+                    .append_path_with_name(&child_abs, &archived)
                     .await
                     .map_err(|e| with_path(e, &child_abs))?;
             }
