@@ -49,12 +49,27 @@ struct State {
 }
 
 /// The faults in force; every setter applies to what happens next.
-#[derive(Debug, Default)]
-pub struct Faults(Mutex<State>, tokio::sync::Notify);
+#[derive(Debug)]
+pub struct Faults {
+    state: Mutex<State>,
+    /// How many pod watches have started; a lagging status waits for the
+    /// count to move past what it saw before the kill, so a watch that
+    /// starts before the kubelet waits is never missed.
+    pod_watches: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            pod_watches: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
 
 impl Faults {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
     /// New pods stay Pending (Unschedulable, as while a node is rented) this long.
     pub fn pending_for(&self, d: Duration) {
@@ -97,10 +112,12 @@ impl Faults {
         self.lock().status_lag
     }
     pub(crate) fn note_pod_watch(&self) {
-        self.1.notify_waiters();
+        self.pod_watches.send_modify(|n| *n += 1);
     }
-    pub(crate) async fn pod_watched(&self) {
-        self.1.notified().await;
+    /// A receiver that has seen every pod watch so far; its `changed()`
+    /// resolves at the next one.
+    pub(crate) fn pod_watches(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pod_watches.subscribe()
     }
     pub(crate) fn scheduling(&self) -> (Option<Duration>, bool, Option<ImagePullFault>) {
         let s = self.lock();

@@ -577,6 +577,9 @@ impl Kubelet {
                 self.store.update(Kind::Pod, ns, name, |p| {
                     p["metadata"]["annotations"]["knotless.test/fault"] = json!(reason);
                 });
+                // Subscribed before the kill: the client's watch may start
+                // before this task runs again.
+                let mut watches = self.faults.pod_watches();
                 if let Some(id) = &id {
                     let _ = self
                         .docker
@@ -584,9 +587,8 @@ impl Kubelet {
                         .await;
                 }
                 if self.faults.lags_status() {
-                    let watched = self.faults.pod_watched();
                     tokio::select! {
-                        _ = watched => {}
+                        _ = watches.changed() => {}
                         _ = self.closing.cancelled() => return,
                     }
                 }
