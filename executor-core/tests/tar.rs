@@ -228,3 +228,44 @@ async fn pack_of_missing_folder_fails_the_stream() {
         .unwrap_err();
     assert!(err.to_string().contains("/nonexistent/x"), "{err}");
 }
+
+#[tokio::test]
+async fn a_refusal_found_while_writing_stops_a_long_stream() {
+    // The writer finds the link while the reader still has far more queued
+    // than the writer's queue holds: the refusal comes back, not a hang,
+    // and nothing after it is written.
+    let mut entries = vec![
+        raw_entry("sub/", b'5', "", b""),
+        raw_entry("l", b'2', "sub", b""),
+        raw_entry("l/x", b'0', "", b"x"),
+    ];
+    let big = vec![7u8; 1 << 20];
+    entries.extend((0..64).map(|i| raw_entry(&format!("after{i}"), b'0', "", &big)));
+    let outer = tempfile::tempdir().unwrap();
+    let dest = outer.path().join("dest");
+    let err = unpack(archive(&entries), &dest).await.unwrap_err();
+    assert!(err.to_string().contains("through symlink"), "{err}");
+    assert_eq!(tree(&dest), ["", "l", "sub"]);
+}
+
+#[tokio::test]
+async fn many_small_files_and_a_large_one_arrive_whole() {
+    let src = tempfile::tempdir().unwrap();
+    for i in 0..2000 {
+        let dir = src.path().join(format!("d{}", i / 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    let large: Vec<u8> = (0..(3 << 20) + 17).map(|i| (i % 251) as u8).collect();
+    std::fs::write(src.path().join("large.bin"), &large).unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let summary = unpack_untrusted(pack_dir(src.path()), dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(summary.files, 2001);
+    assert_eq!(std::fs::read(dest.path().join("large.bin")).unwrap(), large);
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("d19/f1999")).unwrap(),
+        "file 1999"
+    );
+}

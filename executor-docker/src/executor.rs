@@ -480,7 +480,7 @@ impl Executor for DockerExecutor {
     }
 }
 
-/// A host folder holding the empty run folders, to upload to `/`.
+/// The short form of a container id, as the docker CLI prints it.
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }

@@ -1,14 +1,21 @@
 use std::collections::HashSet;
-use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use futures_util::StreamExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
 use tokio_tar::{Archive, EntryType};
 
-/// Bytes gathered before each write of a file's contents.
-const WRITE_BUF: usize = 1 << 20;
+/// Bytes of file contents gathered before they go to the writer.
+const CHUNK: usize = 256 << 10;
+/// Operations queued for the writer; with [`CHUNK`], at most 8 MiB of
+/// contents in flight, whatever the archive's size.
+const QUEUE: usize = 32;
 
 /// Caps on what an untrusted stream may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +105,12 @@ pub enum UnpackError {
 /// Entries already written stay when a later entry is refused; callers
 /// that need all-or-nothing unpack into a fresh folder and discard it.
 ///
+/// The stream is parsed on the caller's task and every filesystem write
+/// happens in order on one blocking thread, fed through a bounded queue:
+/// a small file costs one queue trip instead of a blocking-pool trip per
+/// call, and memory stays bounded. When this future ends, the writer has
+/// stopped; when it is dropped, the writer stops after its current entry.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -114,202 +127,370 @@ pub async fn unpack_untrusted<R: AsyncRead + Unpin>(
     dest: &Path,
     limits: UnpackLimits,
 ) -> Result<UnpackSummary, UnpackError> {
+    let (ops, queue) = mpsc::channel(QUEUE);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = Writer {
+        dest: dest.to_path_buf(),
+        summary: UnpackSummary::default(),
+        safe_dirs: HashSet::new(),
+        file: None,
+        stop: stop.clone(),
+    };
+    let writing = tokio::task::spawn_blocking(move || writer.run(queue));
+    // Dropping this future (a cancelled unpack) stops the writer too.
+    let stop_on_drop = StopOnDrop(stop);
+    let read = read_entries(reader, dest, limits, ops).await;
+    let written = match writing.await {
+        Ok(written) => written,
+        Err(join) => Err(UnpackError::Io {
+            dest: dest.to_path_buf(),
+            source: io::Error::other(format!("the unpack writer failed: {join}")),
+        }),
+    };
+    drop(stop_on_drop);
+    match (read, written) {
+        // The writer's own error explains a queue that closed under the reader.
+        (Err(ReadEnd::WriterGone), written) => written,
+        (Err(ReadEnd::Refused(err)), _) => Err(err),
+        (Ok(()), written) => written,
+    }
+}
+
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Why the reader stopped early.
+enum ReadEnd {
+    /// The stream or an entry was refused.
+    Refused(UnpackError),
+    /// The writer stopped taking work (it failed; its error says why).
+    WriterGone,
+}
+
+impl From<UnpackError> for ReadEnd {
+    fn from(err: UnpackError) -> Self {
+        ReadEnd::Refused(err)
+    }
+}
+
+/// Filesystem work for the writer, in archive order.
+enum Op {
+    Dir {
+        rel: PathBuf,
+        raw: String,
+    },
+    File {
+        rel: PathBuf,
+        raw: String,
+        mode: u32,
+    },
+    Data(Vec<u8>),
+    EndFile,
+    Symlink {
+        rel: PathBuf,
+        raw: String,
+        link: PathBuf,
+    },
+    HardLink {
+        rel: PathBuf,
+        raw: String,
+        source: PathBuf,
+        shown: String,
+    },
+}
+
+/// Parses the stream, checks each entry lexically and against the limits,
+/// and queues what to write.
+async fn read_entries<R: AsyncRead + Unpin>(
+    reader: R,
+    dest: &Path,
+    limits: UnpackLimits,
+    ops: mpsc::Sender<Op>,
+) -> Result<(), ReadEnd> {
     let io_err = |source: io::Error| UnpackError::Io {
         dest: dest.to_path_buf(),
         source,
     };
-    tokio::fs::create_dir_all(dest).await.map_err(io_err)?;
-    let mut state = Unpacker {
-        dest: dest.to_path_buf(),
-        limits,
-        summary: UnpackSummary::default(),
-        safe_dirs: HashSet::new(),
-        entries: 0,
-    };
     let mut archive = Archive::new(reader);
     let mut entries = archive.entries().map_err(io_err)?;
+    let (mut count, mut bytes) = (0u64, 0u64);
     while let Some(entry) = entries.next().await {
         let mut entry = entry.map_err(io_err)?;
-        state.entries += 1;
-        if state.entries > limits.max_entries {
+        count += 1;
+        if count > limits.max_entries {
             return Err(UnpackError::TooManyEntries {
                 limit: limits.max_entries,
-            });
-        }
-        state.unpack_entry(&mut entry).await?;
-    }
-    Ok(state.summary)
-}
-
-struct Unpacker {
-    dest: PathBuf,
-    limits: UnpackLimits,
-    summary: UnpackSummary,
-    /// Folders (relative) already checked to be real folders, not links.
-    safe_dirs: HashSet<PathBuf>,
-    entries: u64,
-}
-
-impl Unpacker {
-    async fn unpack_entry<R: AsyncRead + Unpin>(
-        &mut self,
-        entry: &mut tokio_tar::Entry<Archive<R>>,
-    ) -> Result<(), UnpackError> {
-        let raw = match entry.path_bytes() {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(source) => {
-                return Err(UnpackError::Io {
-                    dest: self.dest.clone(),
-                    source,
-                })
             }
-        };
+            .into());
+        }
+        let raw = String::from_utf8_lossy(&entry.path_bytes().map_err(io_err)?).into_owned();
         let escape = |reason: &str| UnpackError::Escape {
             entry: raw.clone(),
             reason: reason.to_string(),
         };
-        let Some(rel) = self.relative_path(&raw).map_err(escape)? else {
-            return Ok(());
+        let Some(rel) = relative_path(&raw, limits.strip_components).map_err(escape)? else {
+            continue;
         };
-        let kind = entry.header().entry_type();
         let forbidden = |kind| UnpackError::Forbidden {
             entry: raw.clone(),
             kind,
         };
-        match kind {
-            EntryType::Char | EntryType::Block => return Err(forbidden("device")),
-            EntryType::Fifo => return Err(forbidden("fifo")),
-            EntryType::GNUSparse => return Err(forbidden("sparse file")),
-            EntryType::Other(_) => return Err(forbidden("unknown")),
-            _ => {}
-        }
-        let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-        self.ensure_dir(&parent, &raw).await?;
-        let target = self.dest.join(&rel);
-        let dest = self.dest.clone();
-        let io_err = |source: io::Error| UnpackError::Io {
-            dest: dest.clone(),
+        let entry_io = |source: io::Error| UnpackError::Io {
+            dest: dest.to_path_buf(),
             source: io::Error::new(source.kind(), format!("{raw}: {source}")),
         };
-
-        match kind {
-            EntryType::Directory => {
-                self.ensure_dir(&rel, &raw).await?;
-            }
+        match entry.header().entry_type() {
+            EntryType::Char | EntryType::Block => return Err(forbidden("device").into()),
+            EntryType::Fifo => return Err(forbidden("fifo").into()),
+            EntryType::GNUSparse => return Err(forbidden("sparse file").into()),
+            EntryType::Other(_) => return Err(forbidden("unknown").into()),
+            EntryType::Directory => send(&ops, Op::Dir { rel, raw }).await?,
             EntryType::Regular | EntryType::Continuous => {
                 let size = entry.effective_size();
-                if self.summary.bytes.saturating_add(size) > self.limits.max_bytes {
+                if bytes.saturating_add(size) > limits.max_bytes {
                     return Err(UnpackError::TooLarge {
-                        limit: self.limits.max_bytes,
-                    });
+                        limit: limits.max_bytes,
+                    }
+                    .into());
                 }
-                remove_non_dir(&target).await.map_err(io_err)?;
-                let mode = entry.header().mode().map_err(io_err)? & 0o777;
-                let file = tokio::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(mode | 0o200)
-                    .open(&target)
-                    .await
-                    .map_err(io_err)?;
-                // Every tokio file write is a trip to the blocking pool: write
-                // in large pieces, not tokio::io::copy's 8 KiB ones.
-                let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUF, file);
-                // Copy no more than the header promised, even if the reader misbehaves.
-                let written = tokio::io::copy(&mut (&mut *entry).take(size), &mut file)
-                    .await
-                    .map_err(io_err)?;
-                file.flush().await.map_err(io_err)?;
-                drop(file);
-                tokio::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))
-                    .await
-                    .map_err(io_err)?;
-                self.summary.bytes += written;
-                self.summary.files += 1;
+                bytes += size;
+                let mode = entry.header().mode().map_err(entry_io)? & 0o777;
+                send(
+                    &ops,
+                    Op::File {
+                        rel,
+                        raw: raw.clone(),
+                        mode,
+                    },
+                )
+                .await?;
+                // No more than the header promised, even if the reader misbehaves.
+                let mut left = size;
+                while left > 0 {
+                    let want = CHUNK.min(left as usize);
+                    let mut chunk = vec![0u8; want];
+                    let mut filled = 0;
+                    while filled < want {
+                        match entry.read(&mut chunk[filled..]).await.map_err(entry_io)? {
+                            0 => break,
+                            n => filled += n,
+                        }
+                    }
+                    chunk.truncate(filled);
+                    left -= filled as u64;
+                    if filled > 0 {
+                        send(&ops, Op::Data(chunk)).await?;
+                    }
+                    if filled < want {
+                        // The stream ended inside the entry; the archive
+                        // reader reports it at the next header.
+                        break;
+                    }
+                }
+                send(&ops, Op::EndFile).await?;
             }
             EntryType::Symlink => {
                 let link = entry
                     .link_name()
-                    .map_err(io_err)?
+                    .map_err(entry_io)?
                     .ok_or_else(|| escape("symlink without a target"))?
                     .into_owned();
                 if link.is_absolute() {
-                    return Err(escape(&format!(
-                        "symlink to absolute path {}",
-                        link.display()
-                    )));
+                    return Err(
+                        escape(&format!("symlink to absolute path {}", link.display())).into(),
+                    );
                 }
+                let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
                 if normalize(&parent.join(&link)).is_none() {
                     return Err(escape(&format!(
                         "symlink to {} points outside the destination",
                         link.display()
-                    )));
+                    ))
+                    .into());
                 }
-                remove_non_dir(&target).await.map_err(io_err)?;
-                tokio::fs::symlink(&link, &target).await.map_err(io_err)?;
-                self.summary.symlinks += 1;
+                send(&ops, Op::Symlink { rel, raw, link }).await?;
             }
             EntryType::Link => {
                 let link = entry
                     .link_name()
-                    .map_err(io_err)?
+                    .map_err(entry_io)?
                     .ok_or_else(|| escape("hard link without a target"))?
                     .into_owned();
-                let link_rel = self
-                    .relative_path(&link.to_string_lossy())
+                let shown = link.display().to_string();
+                let source = relative_path(&link.to_string_lossy(), limits.strip_components)
                     .map_err(|r| escape(&format!("hard link target: {r}")))?
                     .ok_or_else(|| escape("hard link to the destination itself"))?;
-                if let Some(p) = link_rel.parent() {
-                    self.ensure_dir(p, &raw).await?;
-                }
-                let source = self.dest.join(&link_rel);
-                let meta = tokio::fs::symlink_metadata(&source).await.map_err(|_| {
-                    escape(&format!(
-                        "hard link to {} which is not in the archive",
-                        link.display()
-                    ))
-                })?;
-                if !meta.file_type().is_file() {
-                    return Err(escape(&format!(
-                        "hard link to {} which is not a regular file",
-                        link.display()
-                    )));
-                }
-                remove_non_dir(&target).await.map_err(io_err)?;
-                tokio::fs::hard_link(&source, &target)
-                    .await
-                    .map_err(io_err)?;
-                self.summary.files += 1;
+                send(
+                    &ops,
+                    Op::HardLink {
+                        rel,
+                        raw,
+                        source,
+                        shown,
+                    },
+                )
+                .await?;
             }
             // PAX and GNU long-name headers are consumed by the reader; other
             // extension kinds carry no file.
             _ => {}
         }
-        Ok(())
+    }
+    Ok(())
+}
+
+async fn send(ops: &mpsc::Sender<Op>, op: Op) -> Result<(), ReadEnd> {
+    ops.send(op).await.map_err(|_| ReadEnd::WriterGone)
+}
+
+/// The entry's path relative to the destination; `Ok(None)` for the root itself.
+fn relative_path(raw: &str, strip_components: usize) -> Result<Option<PathBuf>, &'static str> {
+    let mut rel = PathBuf::new();
+    for component in Path::new(raw).components() {
+        match component {
+            Component::Normal(part) => rel.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => return Err("path contains `..`"),
+            Component::RootDir | Component::Prefix(_) => return Err("absolute path"),
+        }
+    }
+    let stripped: PathBuf = rel.components().skip(strip_components).collect();
+    Ok((!stripped.as_os_str().is_empty()).then_some(stripped))
+}
+
+/// The file being written.
+struct OpenFile {
+    file: File,
+    raw: String,
+    mode: u32,
+}
+
+/// Does every filesystem write of one unpack, in order, on a blocking thread.
+struct Writer {
+    dest: PathBuf,
+    summary: UnpackSummary,
+    /// Folders (relative) already checked to be real folders, not links.
+    safe_dirs: HashSet<PathBuf>,
+    file: Option<OpenFile>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Writer {
+    fn run(mut self, mut queue: mpsc::Receiver<Op>) -> Result<UnpackSummary, UnpackError> {
+        std::fs::create_dir_all(&self.dest).map_err(|source| UnpackError::Io {
+            dest: self.dest.clone(),
+            source,
+        })?;
+        while let Some(op) = queue.blocking_recv() {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.apply(op)?;
+        }
+        Ok(self.summary)
     }
 
-    /// The entry's path relative to the destination; `Ok(None)` for the root itself.
-    fn relative_path(&self, raw: &str) -> Result<Option<PathBuf>, &'static str> {
-        let path = Path::new(raw);
-        let mut rel = PathBuf::new();
-        for component in path.components() {
-            match component {
-                Component::Normal(part) => rel.push(part),
-                Component::CurDir => {}
-                Component::ParentDir => return Err("path contains `..`"),
-                Component::RootDir | Component::Prefix(_) => return Err("absolute path"),
+    fn io_err(&self, raw: &str) -> impl Fn(io::Error) -> UnpackError + '_ {
+        let raw = raw.to_string();
+        move |source| UnpackError::Io {
+            dest: self.dest.clone(),
+            source: io::Error::new(source.kind(), format!("{raw}: {source}")),
+        }
+    }
+
+    fn apply(&mut self, op: Op) -> Result<(), UnpackError> {
+        match op {
+            Op::Dir { rel, raw } => self.ensure_dir(&rel, &raw),
+            Op::File { rel, raw, mode } => {
+                self.ensure_parent(&rel, &raw)?;
+                let target = self.dest.join(&rel);
+                remove_non_dir(&target).map_err(self.io_err(&raw))?;
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode | 0o200)
+                    .open(&target)
+                    .map_err(self.io_err(&raw))?;
+                self.file = Some(OpenFile { file, raw, mode });
+                Ok(())
+            }
+            Op::Data(bytes) => {
+                let Some(open) = self.file.as_mut() else {
+                    return Ok(());
+                };
+                if let Err(e) = open.file.write_all(&bytes) {
+                    let raw = open.raw.clone();
+                    return Err(self.io_err(&raw)(e));
+                }
+                self.summary.bytes += bytes.len() as u64;
+                Ok(())
+            }
+            Op::EndFile => {
+                let Some(open) = self.file.take() else {
+                    return Ok(());
+                };
+                // Write bits were added to create it; now the archive's own.
+                open.file
+                    .set_permissions(std::fs::Permissions::from_mode(open.mode))
+                    .map_err(self.io_err(&open.raw))?;
+                self.summary.files += 1;
+                Ok(())
+            }
+            Op::Symlink { rel, raw, link } => {
+                self.ensure_parent(&rel, &raw)?;
+                let target = self.dest.join(&rel);
+                remove_non_dir(&target).map_err(self.io_err(&raw))?;
+                std::os::unix::fs::symlink(&link, &target).map_err(self.io_err(&raw))?;
+                self.summary.symlinks += 1;
+                Ok(())
+            }
+            Op::HardLink {
+                rel,
+                raw,
+                source,
+                shown,
+            } => {
+                self.ensure_parent(&rel, &raw)?;
+                if let Some(p) = source.parent() {
+                    self.ensure_dir(p, &raw)?;
+                }
+                let escape = |reason: String| UnpackError::Escape {
+                    entry: raw.clone(),
+                    reason,
+                };
+                let from = self.dest.join(&source);
+                let meta = std::fs::symlink_metadata(&from).map_err(|_| {
+                    escape(format!("hard link to {shown} which is not in the archive"))
+                })?;
+                if !meta.file_type().is_file() {
+                    return Err(escape(format!(
+                        "hard link to {shown} which is not a regular file"
+                    )));
+                }
+                let target = self.dest.join(&rel);
+                remove_non_dir(&target).map_err(self.io_err(&raw))?;
+                std::fs::hard_link(&from, &target).map_err(self.io_err(&raw))?;
+                self.summary.files += 1;
+                Ok(())
             }
         }
-        let stripped: PathBuf = rel
-            .components()
-            .skip(self.limits.strip_components)
-            .collect();
-        Ok((!stripped.as_os_str().is_empty()).then_some(stripped))
+    }
+
+    fn ensure_parent(&mut self, rel: &Path, raw: &str) -> Result<(), UnpackError> {
+        match rel.parent() {
+            Some(parent) => self.ensure_dir(parent, raw),
+            None => Ok(()),
+        }
     }
 
     /// Makes sure every component of `rel` is a real folder (created if
     /// missing), never a symlink, so no later write can go through a link.
-    async fn ensure_dir(&mut self, rel: &Path, raw: &str) -> Result<(), UnpackError> {
+    fn ensure_dir(&mut self, rel: &Path, raw: &str) -> Result<(), UnpackError> {
         let mut prefix = PathBuf::new();
         for part in rel.components() {
             prefix.push(part);
@@ -317,7 +498,7 @@ impl Unpacker {
                 continue;
             }
             let abs = self.dest.join(&prefix);
-            match tokio::fs::symlink_metadata(&abs).await {
+            match std::fs::symlink_metadata(&abs) {
                 Ok(meta) if meta.file_type().is_dir() => {}
                 Ok(meta) if meta.file_type().is_symlink() => {
                     return Err(UnpackError::Escape {
@@ -332,12 +513,7 @@ impl Unpacker {
                     })
                 }
                 Err(_) => {
-                    tokio::fs::create_dir(&abs)
-                        .await
-                        .map_err(|source| UnpackError::Io {
-                            dest: self.dest.clone(),
-                            source: io::Error::new(source.kind(), format!("{raw}: {source}")),
-                        })?;
+                    std::fs::create_dir(&abs).map_err(self.io_err(raw))?;
                     self.summary.dirs += 1;
                 }
             }
@@ -366,13 +542,13 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 }
 
 /// Removes a file or link at `path` so the next create cannot follow it.
-async fn remove_non_dir(path: &Path) -> io::Result<()> {
-    match tokio::fs::symlink_metadata(path).await {
+fn remove_non_dir(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => Err(io::Error::new(
             io::ErrorKind::IsADirectory,
             "a folder is in the way",
         )),
-        Ok(_) => tokio::fs::remove_file(path).await,
+        Ok(_) => std::fs::remove_file(path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }

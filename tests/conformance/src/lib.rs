@@ -85,7 +85,8 @@ macro_rules! conformance_tests {
             step_markers_carry_exit_codes, step_timeout_kills_step, run_timeout_ends_run,
             cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
             cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,
-            hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix);
+            hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix,
+            crashed_save_leaves_the_old_copy);
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $(

@@ -287,4 +287,14 @@ pub async fn serve(
             reason: "".into(),
         }))
         .await;
+    // Finish the closing handshake before dropping the socket: a socket
+    // closed with the client's frames unread is reset, and a reset can
+    // discard output the client has not read yet.
+    let _ = tokio::time::timeout(CLOSE_HANDSHAKE, async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
 }
+
+/// How long a closed exec waits for the client's close frame.
+const CLOSE_HANDSHAKE: Duration = Duration::from_secs(30);

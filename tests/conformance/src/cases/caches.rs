@@ -1,8 +1,10 @@
 //! Run caches: restored before the first step, saved after the last.
 
-use executor_core::{CacheSpec, CacheStore, RunStatus, Step};
+use executor_core::tar::UnpackLimits;
+use executor_core::{CacheSpec, CacheStore, CommandOutcome, RunLog, RunStatus, Step, StepCommand};
+use tokio_util::sync::CancellationToken;
 
-use crate::fixture::{assert_nothing_left, run_with_caches, Fixture};
+use crate::fixture::{assert_nothing_left, bounded, run_with_caches, Fixture};
 use crate::Backend;
 
 fn cache() -> CacheSpec {
@@ -94,6 +96,75 @@ pub async fn cache_not_saved_after_failure(backend: &dyn Backend) {
         Some("v1\n"),
         "the failed run replaced the cache"
     );
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// A runner that dies mid-save, with the new copy on the host disk but not
+/// yet swapped in, leaves the old copy current; the next run restores the
+/// old copy and its save lands whole.
+pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
+    let (_keep, store) = store();
+    seed(backend, &store).await;
+    let fx = Fixture::new("cachecrash");
+    let spec = fx.spec(backend, "cache-crash");
+    let executor = backend.executor();
+    let handle = bounded(executor.start(&spec, &RunLog::discard(), CancellationToken::new()))
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+    let write = StepCommand {
+        name: "write".into(),
+        script: "mkdir -p .cache-dir && echo crashed > .cache-dir/built && \
+                 for i in $(seq 20); do echo $i > .cache-dir/f$i; done"
+            .into(),
+        env: handle.standard_env(),
+    };
+    let outcome = bounded(executor.command(
+        &handle,
+        &write,
+        &RunLog::discard(),
+        CancellationToken::new(),
+    ))
+    .await;
+    assert!(
+        matches!(outcome, Ok(CommandOutcome::Exited { code: 0, .. })),
+        "{outcome:?}"
+    );
+    let pending = store
+        .begin_save("conformance")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let path = cache().resolve(&handle.work_dir);
+    bounded(executor.copy_out(&handle, &path, pending.folder(), UnpackLimits::default()))
+        .await
+        .unwrap_or_else(|e| panic!("copy out: {e}"));
+    assert!(pending.folder().join("built").exists());
+    // The runner dies here, between the copy and the swap: no destructor
+    // runs. (The save's lock file stays open until this test process ends,
+    // where a dead runner's would close; later commits then leave the
+    // crashed folder alone rather than remove it, which is the safe side.)
+    std::mem::forget(pending);
+    assert_eq!(
+        stored(&store, "built").as_deref(),
+        Some("v1\n"),
+        "a save that never swapped replaced the cache"
+    );
+    executor
+        .stop(&handle)
+        .await
+        .unwrap_or_else(|e| panic!("stop: {e}"));
+    assert_nothing_left(backend, &fx.runner).await;
+
+    let fx = Fixture::new("cacheafter");
+    let mut spec = fx
+        .spec(backend, "cache-after")
+        .step(Step::new("use", USE_CACHE))
+        .env("VERSION", "v3");
+    spec.caches = vec![cache()];
+    let (result, log) = run_with_caches(backend, &spec, &store).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("warm: v1"), "{}", log.text());
+    assert!(result.caches[0].saved, "{:?}", result.caches);
+    assert_eq!(stored(&store, "built").as_deref(), Some("v3\n"));
+    assert!(stored(&store, "f1").is_none(), "the crashed copy leaked in");
     assert_nothing_left(backend, &fx.runner).await;
 }
 
