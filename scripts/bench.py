@@ -113,6 +113,7 @@ class Bench:
         _, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         secs = time.perf_counter() - start
+        self.last_cpu = usage.ru_utime + usage.ru_stime
         if p.returncode != 0:
             raise RuntimeError(f"runner-cli {executor} exited {p.returncode}: {p.stderr.read().decode(errors='replace')[-2000:]}")
         return secs, usage.ru_maxrss * 1024, first
@@ -169,13 +170,19 @@ spec:
     # -- rows ------------------------------------------------------------
     def per_step(self):
         n = 10 if self.quick else 100
+        self.cpu_per_step = {}
         empty = self.checkout("empty")
         one = self.steps("one", [("s0", "true")])
         many = self.steps("many", [("s0", "true")] + [(f"s{i + 1}", "true") for i in range(n)])
 
         def runner_per_step(executor, extra=()):
-            t1 = self.median(lambda: self.runner(executor, one, empty, extra)[0])
-            tn = self.median(lambda: self.runner(executor, many, empty, extra)[0])
+            def run(steps):
+                secs = self.runner(executor, steps, empty, extra)[0]
+                return secs, self.last_cpu
+            t1, c1 = self.median(lambda: run(one))
+            tn, cn = self.median(lambda: run(many))
+            # The runner's own CPU time per step: what it spends, as opposed to waits on the engine.
+            self.cpu_per_step[executor] = (cn - c1) / n
             return (tn - t1) / n
 
         base = self.median(lambda: self.timed(f"for i in $(seq {n}); do sh -ec true; done", shell=True)[0]) / n
@@ -185,16 +192,23 @@ spec:
         cid = self.container()
         try:
             cli = self.median(lambda: self.timed(f"for i in $(seq {n}); do docker exec {cid} true; done", shell=True)[0]) / n
-            floor = self.median(lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_docker_exec"), cid, str(n)]))) / n
+            def bare():
+                p = subprocess.run([str(self.bin_dir / "examples" / "bare_docker_exec"), cid, str(n)], check=True, capture_output=True, text=True, env=self.env)
+                self.floor_phases = p.stderr.strip()
+                return float(p.stdout)
+            floor = self.median(bare) / n
         finally:
             self.sh(["docker", "rm", "-f", cid])
         ours = runner_per_step("docker")
+        self.notes.append(f"runner-cli's own CPU time per step (user + system, from the kernel's accounting): docker {self.cpu_per_step['docker'] * 1000:.2f} ms of {ours * 1000:.1f} ms; the rest is waiting on the engine.")
+        self.notes.append(f"Docker per-step floor, where a bare exec's time goes ({n} execs of `true`, the last repetition): {self.floor_phases}.")
         self.row(f"per-step overhead, {n} × `true`", "docker", f"{ours * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{ours / cli:.2f}× CLI, {ours / floor:.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", ours / cli <= 0.5 and ours / floor <= 1.2)
 
         pod = self.pod()
         cli = self.median(lambda: self.timed(f"for i in $(seq {n}); do kubectl exec {pod} -- true; done", shell=True)[0]) / n
         floor = self.median(lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_kube_exec"), pod, str(n)]))) / n
         ours = runner_per_step("k8s")
+        self.notes.append(f"runner-cli's own CPU time per step on the test cluster: {self.cpu_per_step['k8s'] * 1000:.2f} ms of {ours * 1000:.1f} ms.")
         self.row(f"per-step overhead, {n} × `true`", "k8s (test cluster)", f"{ours * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{ours / cli:.2f}× kubectl, {ours / floor:.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", ours / cli <= 0.5 and ours / floor <= 1.2)
         self.k8s_pod = pod
 
