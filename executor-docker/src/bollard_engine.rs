@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions,
     InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
@@ -56,6 +56,21 @@ fn status(err: &bollard::errors::Error) -> Option<u16> {
     match err {
         bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
+    }
+}
+
+/// Whether the engine says the container is gone: Docker's 404, or the
+/// 500 podman answers while a container is being removed.
+fn container_gone(err: &bollard::errors::Error) -> bool {
+    match err {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        } => true,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message,
+        } => message.contains("no such container"),
+        _ => false,
     }
 }
 
@@ -197,7 +212,7 @@ impl Engine for BollardEngine {
                     oom_killed: state.oom_killed.unwrap_or(false),
                 })
             }
-            Err(err) if status(&err) == Some(404) => Ok(ContainerState::default()),
+            Err(err) if container_gone(&err) => Ok(ContainerState::default()),
             // podman names states Docker does not (`stopped`), which the
             // typed client cannot read: such a container exists and is not running.
             Err(
@@ -248,7 +263,7 @@ impl Engine for BollardEngine {
         };
         match self.docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
-            Err(err) if status(&err) == Some(404) => Ok(()),
+            Err(err) if container_gone(&err) => Ok(()),
             // Another remove of the same container is already under way.
             Err(err) if status(&err) == Some(409) => Ok(()),
             Err(err) => Err(fail(format!("removing container {id}"))(err)),
@@ -294,6 +309,16 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
             nano_cpus: spec.nano_cpus,
             network_mode: spec.network_mode.clone(),
             security_opt: Some(spec.security_opt.clone()),
+            mounts: Some(
+                spec.volumes
+                    .iter()
+                    .map(|path| Mount {
+                        target: Some(path.clone()),
+                        typ: Some(MountType::VOLUME),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
             privileged: Some(false),
             // A minimal init reaps what steps leave behind.
             init: Some(true),

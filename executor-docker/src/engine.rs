@@ -36,6 +36,8 @@ pub struct ContainerSpec {
     pub network_mode: Option<String>,
     /// Security options, always including `no-new-privileges`.
     pub security_opt: Vec<String>,
+    /// Anonymous volumes mounted at these paths; removed with the container.
+    pub volumes: Vec<String>,
 }
 
 /// One command to run in the container.

@@ -108,6 +108,16 @@ impl DockerExecutor {
             nano_cpus: self.options.cpus.map(|c| (c * 1e9) as i64),
             network_mode: self.options.network.clone(),
             security_opt: vec!["no-new-privileges".into()],
+            // The run's folders are volumes, as Kubernetes emptyDirs are:
+            // files are written straight to the engine's disk instead of
+            // through the image's overlay, which costs most with many
+            // small files; stop removes them with the container.
+            volumes: vec![
+                "/work".into(),
+                "/steps".into(),
+                "/outputs".into(),
+                STATE_DIR.into(),
+            ],
         }
     }
 
