@@ -2,8 +2,9 @@
 //! Docker-compatible engine (Docker, or podman's Docker API), through
 //! `bollard`.
 //!
-//! The container runs a command that only waits; the checkout and steps
-//! folder go in as streamed tar bodies; each step is an attached exec of
+//! The container runs a command that only waits; `/work`, `/steps` and
+//! `/outputs` are anonymous volumes; the checkout and steps folder go in
+//! as streamed tar bodies; each step is an attached exec of
 //! `sh -ec <script>`; `/outputs` comes back through the untrusted unpacker;
 //! stop force-removes the container and its anonymous volumes.
 //!
