@@ -112,12 +112,15 @@ impl DockerExecutor {
             // files are written straight to the engine's disk instead of
             // through the image's overlay, which costs most with many
             // small files; stop removes them with the container.
-            volumes: vec![
-                "/work".into(),
-                "/steps".into(),
-                "/outputs".into(),
-                STATE_DIR.into(),
-            ],
+            volumes: {
+                let folders = RunHandle::in_container("");
+                vec![
+                    folders.work_dir,
+                    folders.steps_dir,
+                    folders.outputs_dir,
+                    STATE_DIR.into(),
+                ]
+            },
         }
     }
 
