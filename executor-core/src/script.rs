@@ -15,6 +15,13 @@ pub fn quote(s: &str) -> String {
 /// The argv that runs `script` as `sh -ec <script>` after writing the
 /// shell's pid to `pid_file` and running `prelude` (for example exports).
 ///
+/// The step's processes raise their own `oom_score_adj` to 1000 (raising
+/// needs no privilege), so when a step outgrows the memory limit the
+/// kernel kills the step, not the process that keeps the environment
+/// alive: the OOM killer can strike twice before the first victim's
+/// memory is freed, and its second pick among small processes was
+/// otherwise as likely the keep-alive as the step's own.
+///
 /// ```
 /// let argv = executor_core::script::step_argv("/.knotless/1.pid", "", "make");
 /// assert_eq!(argv[0], "sh");
@@ -24,7 +31,10 @@ pub fn step_argv(pid_file: &str, prelude: &str, script: &str) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
-        format!("echo $$ > \"$0\" && {prelude}exec sh -ec \"$1\""),
+        format!(
+            "{{ echo 1000 > /proc/self/oom_score_adj; }} 2>/dev/null || :; \
+             echo $$ > \"$0\" && {prelude}exec sh -ec \"$1\""
+        ),
         pid_file.into(),
         script.into(),
     ]

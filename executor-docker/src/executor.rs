@@ -288,7 +288,9 @@ impl DockerExecutor {
                 if state.exists { "stopped" } else { "removed" }
             )));
         }
-        if code == Some(137) && !state.oom_killed && !self.answers(id).await {
+        // Inspect may still say running just after the container's main
+        // process died; a lost code or a kill asks the container itself.
+        if (code.is_none() || code == Some(137)) && !state.oom_killed && !self.answers(id).await {
             return Err(ExecutorError::EnvironmentLost(format!(
                 "container {id} was killed while the step ran"
             )));

@@ -32,6 +32,49 @@ fn with_exec(mock: &mut MockEngine, state: ExecState) {
 #[tokio::test]
 async fn a_missing_exit_code_is_lost_status_never_success() {
     let mut mock = MockEngine::new();
+    // The step's exec has no code; the probe that asks whether the
+    // container still answers runs and exits 0.
+    mock.expect_exec_create().returning(|_, exec| {
+        Ok(if exec.cmd[2] == "true" {
+            "probe"
+        } else {
+            "step"
+        }
+        .into())
+    });
+    mock.expect_exec_start()
+        .returning(|_| Ok(futures_util::stream::empty().boxed()));
+    mock.expect_exec_inspect().returning(|exec_id| {
+        Ok(ExecState {
+            running: false,
+            exit_code: (exec_id == "probe").then_some(0),
+        })
+    });
+    mock.expect_inspect().returning(|_| {
+        Ok(ContainerState {
+            exists: true,
+            running: true,
+            oom_killed: false,
+        })
+    });
+    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
+    let err = executor
+        .command(
+            &RunHandle::in_container("c"),
+            &step(),
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::LostExitStatus { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_exit_code_from_a_container_that_no_longer_answers_is_a_lost_environment() {
+    let mut mock = MockEngine::new();
+    // Inspect still says running, as it may just after the keep-alive died,
+    // but no exec in the container reports a code any more.
     with_exec(
         &mut mock,
         ExecState {
@@ -56,7 +99,7 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, ExecutorError::LostExitStatus { .. }), "{err}");
+    assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
 }
 
 #[tokio::test]

@@ -80,14 +80,22 @@ async fn oom_kill_is_reported_as_such() {
     })
     .await;
     let fx = Fixture::new("oom");
-    let spec = fx.spec(&backend, "oom").step(Step::new(
-        "hog",
-        r#"x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived"#,
-    ));
+    let spec = fx
+        .spec(&backend, "oom")
+        .step(Step::new(
+            "score",
+            "echo \"score $(cat /proc/self/oom_score_adj)\"",
+        ))
+        .step(Step::new(
+            "hog",
+            r#"x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived"#,
+        ));
     let (result, log) = run_to_end(&backend, &spec).await;
     assert_eq!(result.status, RunStatus::Failed, "{}", log.text());
-    assert_eq!(result.steps[0].exit_code, Some(137));
-    let error = result.steps[0].error.clone().unwrap_or_default();
+    // The step, not the keep-alive, is the OOM killer's choice.
+    assert!(log.text().contains("score 1000"), "{}", log.text());
+    assert_eq!(result.steps[1].exit_code, Some(137));
+    let error = result.steps[1].error.clone().unwrap_or_default();
     assert!(error.starts_with("OOMKilled"), "{error}");
     assert!(error.contains("32 MiB"), "{error}");
     assert!(backend.leftovers(&fx.runner).await.is_empty());
