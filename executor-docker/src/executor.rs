@@ -108,19 +108,7 @@ impl DockerExecutor {
             nano_cpus: self.options.cpus.map(|c| (c * 1e9) as i64),
             network_mode: self.options.network.clone(),
             security_opt: vec!["no-new-privileges".into()],
-            // The run's folders are volumes, as Kubernetes emptyDirs are:
-            // files are written straight to the engine's disk instead of
-            // through the image's overlay, which costs most with many
-            // small files; stop removes them with the container.
-            volumes: {
-                let folders = RunHandle::in_container("");
-                vec![
-                    folders.work_dir,
-                    folders.steps_dir,
-                    folders.outputs_dir,
-                    STATE_DIR.into(),
-                ]
-            },
+            volumes: run_volumes(run),
         }
     }
 
@@ -307,6 +295,41 @@ impl DockerExecutor {
         }
         Ok(None)
     }
+}
+
+/// The container's anonymous volumes: the run's folders, as Kubernetes
+/// emptyDirs are, and each absolute cache folder outside them. Files are
+/// written straight to the engine's disk instead of through the image's
+/// overlay, which costs most with many small files; a new volume starts
+/// as a copy of what the image holds at its path, so a cache over a
+/// folder the image fills (a toolchain's home) keeps that content; stop
+/// removes them with the container.
+fn run_volumes(run: &RunSpec) -> Vec<String> {
+    let folders = RunHandle::in_container("");
+    let mut volumes = vec![
+        folders.work_dir,
+        folders.steps_dir,
+        folders.outputs_dir,
+        STATE_DIR.to_string(),
+    ];
+    let nested = |path: &str, other: &str| {
+        path == other
+            || path.starts_with(&format!("{other}/"))
+            || other.starts_with(&format!("{path}/"))
+    };
+    for cache in &run.caches {
+        let path = cache.path.trim_end_matches('/');
+        // Relative caches live under /work, already a volume; a cache
+        // over or under another volume would shadow or split it.
+        let clean = path
+            .split('/')
+            .skip(1)
+            .all(|part| !matches!(part, "" | "." | ".."));
+        if path.starts_with('/') && clean && !volumes.iter().any(|v| nested(path, v)) {
+            volumes.push(path.to_string());
+        }
+    }
+    volumes
 }
 
 #[async_trait]

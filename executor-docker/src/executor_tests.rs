@@ -208,3 +208,34 @@ async fn an_interrupted_step_is_killed_inside_the_container() {
         .unwrap();
     assert_eq!(outcome, CommandOutcome::Interrupted);
 }
+
+#[test]
+fn absolute_caches_outside_the_run_folders_get_volumes_of_their_own() {
+    let mut run = RunSpec::new("r", "did:plc:x", ".", ".");
+    for (key, path) in [
+        ("cargo", "/root/.cargo/"),
+        ("again", "/root/.cargo"),
+        ("inside", "/root/.cargo/registry"),
+        ("relative", "target"),
+        ("under-work", "/work/target"),
+        ("over-work", "/"),
+        ("unclean", "/a/../work"),
+        ("npm", "/root/.npm"),
+    ] {
+        run.caches.push(executor_core::CacheSpec {
+            key: key.into(),
+            path: path.into(),
+        });
+    }
+    assert_eq!(
+        super::run_volumes(&run),
+        [
+            "/work",
+            "/steps",
+            "/outputs",
+            "/.knotless",
+            "/root/.cargo",
+            "/root/.npm"
+        ]
+    );
+}

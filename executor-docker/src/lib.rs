@@ -3,7 +3,8 @@
 //! `bollard`.
 //!
 //! The container runs a command that only waits; `/work`, `/steps` and
-//! `/outputs` are anonymous volumes; the checkout and steps folder go in
+//! `/outputs` are anonymous volumes, as is each absolute cache folder
+//! outside them (starting as the image's copy); the checkout and steps folder go in
 //! as streamed tar bodies; each step is an attached exec of
 //! `sh -ec <script>`; `/outputs` comes back through the untrusted unpacker;
 //! stop force-removes the container and its anonymous volumes.

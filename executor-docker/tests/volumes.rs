@@ -1,0 +1,39 @@
+//! The container's anonymous volumes on the real engine.
+
+mod common;
+
+use executor_conformance::fixture::{assert_nothing_left, run_with_caches, Fixture};
+use executor_core::{CacheSpec, CacheStore, RunStatus, Step};
+
+use common::Docker;
+
+/// A cache over a folder the image fills (`/bin` holds busybox and its
+/// applets: without them no step starts) is a volume of its own that
+/// starts as the image's copy, and the cache restored into it is there
+/// for the steps.
+#[tokio::test]
+async fn an_absolute_cache_is_a_volume_that_keeps_the_image_content() {
+    let backend = Docker(common::executor(common::options()).await);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = CacheStore::new(dir.path().join("caches"), 1 << 30);
+    let script = r#"
+        grep -q ' /bin ' /proc/mounts
+        if [ -f /bin/knotless-cache ]; then echo "warm: $(cat /bin/knotless-cache)"; else echo cold; fi
+        echo "$RUN" > /bin/knotless-cache
+    "#;
+    for (run, expect) in [("one", "cold"), ("two", "warm: one")] {
+        let fx = Fixture::new("cachevol");
+        let mut spec = fx
+            .spec(&backend, run)
+            .step(Step::new("use", script))
+            .env("RUN", run);
+        spec.caches = vec![CacheSpec {
+            key: "bin".into(),
+            path: "/bin".into(),
+        }];
+        let (result, log) = run_with_caches(&backend, &spec, &store).await;
+        assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+        assert!(log.text().contains(expect), "{}", log.text());
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+}
