@@ -174,48 +174,67 @@ spec:
         return self.sh(["kubectl", "get", "pods", "-l", "job-name=bench-baseline", "-o", "jsonpath={.items[0].metadata.name}"]).strip()
 
     # -- rows ------------------------------------------------------------
+    def interleaved(self, **fns):
+        """Medians of each measurement, taken in turn within every repetition,
+        so drift in the machine's speed falls on all of them alike."""
+        values = {name: [] for name in fns}
+        for _ in range(self.reps):
+            for name, fn in fns.items():
+                values[name].append(fn())
+        return {name: statistics.median(v) for name, v in values.items()}
+
     def per_step(self):
         n = 10 if self.quick else 100
         self.cpu_per_step = {}
         empty = self.checkout("empty")
         one = self.steps("one", [("s0", "true")])
         many = self.steps("many", [("s0", "true")] + [(f"s{i + 1}", "true") for i in range(n)])
+        cpu = {}
 
-        def runner_per_step(executor, extra=()):
-            def run(steps):
-                secs = self.runner(executor, steps, empty, extra)[0]
-                return secs, self.last_cpu
-            t1, c1 = self.median(lambda: run(one))
-            tn, cn = self.median(lambda: run(many))
+        def runner(executor, steps, key):
+            secs = self.runner(executor, steps, empty)[0]
+            cpu.setdefault(key, []).append(self.last_cpu)
+            return secs
+
+        def ours(m, executor):
             # The runner's own CPU time per step: what it spends, as opposed to waits on the engine.
-            self.cpu_per_step[executor] = (cn - c1) / n
-            return (tn - t1) / n
+            self.cpu_per_step[executor] = (statistics.median(cpu[f"{executor}-many"]) - statistics.median(cpu[f"{executor}-one"])) / n
+            return (m["many"] - m["one"]) / n
 
-        base = self.median(lambda: self.timed(f"for i in $(seq {n}); do sh -ec true; done", shell=True)[0]) / n
-        ours = runner_per_step("shell")
-        self.row(f"per-step overhead, {n} × `true`", "shell", f"{ours * 1000:.2f} ms", f"{base * 1000:.2f} ms (`sh -ec true`)", f"{ours / base:.2f}×", "≤ 1.5×", ours / base <= 1.5)
+        m = self.interleaved(
+            base=lambda: self.timed(f"for i in $(seq {n}); do sh -ec true; done", shell=True)[0],
+            one=lambda: runner("shell", one, "shell-one"),
+            many=lambda: runner("shell", many, "shell-many"))
+        base, mine = m["base"] / n, ours(m, "shell")
+        self.row(f"per-step overhead, {n} × `true`", "shell", f"{mine * 1000:.2f} ms", f"{base * 1000:.2f} ms (`sh -ec true`)", f"{mine / base:.2f}×", "≤ 1.5×", mine / base <= 1.5)
 
         cid = self.container()
         try:
-            cli = self.median(lambda: self.timed(f"for i in $(seq {n}); do docker exec {cid} true; done", shell=True)[0]) / n
             def bare():
                 p = subprocess.run([str(self.bin_dir / "examples" / "bare_docker_exec"), cid, str(n)], check=True, capture_output=True, text=True, env=self.env)
                 self.floor_phases = p.stderr.strip()
                 return float(p.stdout)
-            floor = self.median(bare) / n
+            m = self.interleaved(
+                cli=lambda: self.timed(f"for i in $(seq {n}); do docker exec {cid} true; done", shell=True)[0],
+                floor=bare,
+                one=lambda: runner("docker", one, "docker-one"),
+                many=lambda: runner("docker", many, "docker-many"))
         finally:
             self.sh(["docker", "rm", "-f", cid])
-        ours = runner_per_step("docker")
-        self.notes.append(f"runner-cli's own CPU time per step (user + system, from the kernel's accounting): docker {self.cpu_per_step['docker'] * 1000:.2f} ms of {ours * 1000:.1f} ms; the rest is waiting on the engine.")
+        cli, floor, mine = m["cli"] / n, m["floor"] / n, ours(m, "docker")
+        self.notes.append(f"runner-cli's own CPU time per step (user + system, from the kernel's accounting): docker {self.cpu_per_step['docker'] * 1000:.2f} ms of {mine * 1000:.1f} ms; the rest is waiting on the engine.")
         self.notes.append(f"Docker per-step floor, where a bare exec's time goes ({n} execs of `true`, the last repetition): {self.floor_phases}.")
-        self.row(f"per-step overhead, {n} × `true`", "docker", f"{ours * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{ours / cli:.2f}× CLI, {ours / floor:.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", ours / cli <= 0.5 and ours / floor <= 1.2)
+        self.row(f"per-step overhead, {n} × `true`", "docker", f"{mine * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{mine / cli:.2f}× CLI, {mine / floor:.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", mine / cli <= 0.5 and mine / floor <= 1.2)
 
         pod = self.pod()
-        cli = self.median(lambda: self.timed(f"for i in $(seq {n}); do kubectl exec {pod} -- true; done", shell=True)[0]) / n
-        floor = self.median(lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_kube_exec"), pod, str(n)]))) / n
-        ours = runner_per_step("k8s")
-        self.notes.append(f"runner-cli's own CPU time per step on the test cluster: {self.cpu_per_step['k8s'] * 1000:.2f} ms of {ours * 1000:.1f} ms.")
-        self.row(f"per-step overhead, {n} × `true`", "k8s (test cluster)", f"{ours * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{ours / cli:.2f}× kubectl, {ours / floor:.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", ours / cli <= 0.5 and ours / floor <= 1.2)
+        m = self.interleaved(
+            cli=lambda: self.timed(f"for i in $(seq {n}); do kubectl exec {pod} -- true; done", shell=True)[0],
+            floor=lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_kube_exec"), pod, str(n)])),
+            one=lambda: runner("k8s", one, "k8s-one"),
+            many=lambda: runner("k8s", many, "k8s-many"))
+        cli, floor, mine = m["cli"] / n, m["floor"] / n, ours(m, "k8s")
+        self.notes.append(f"runner-cli's own CPU time per step on the test cluster: {self.cpu_per_step['k8s'] * 1000:.2f} ms of {mine * 1000:.1f} ms.")
+        self.row(f"per-step overhead, {n} × `true`", "k8s (test cluster)", f"{mine * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{mine / cli:.2f}× kubectl, {mine / floor:.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", mine / cli <= 0.5 and mine / floor <= 1.2)
         self.k8s_pod = pod
 
     def transfer(self):

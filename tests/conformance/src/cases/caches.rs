@@ -1,7 +1,9 @@
 //! Run caches: restored before the first step, saved after the last.
 
 use executor_core::tar::UnpackLimits;
-use executor_core::{CacheSpec, CacheStore, CommandOutcome, RunLog, RunStatus, Step, StepCommand};
+use executor_core::{
+    CacheSpec, CacheStore, CommandOutcome, RunLog, RunSpec, RunStatus, Step, StepCommand,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::fixture::{assert_nothing_left, bounded, run_with_caches, Fixture};
@@ -21,6 +23,13 @@ fn store() -> (tempfile::TempDir, CacheStore) {
     (dir, store)
 }
 
+/// A run of `fx` named `name` with one step and the conformance cache.
+fn cached_spec(backend: &dyn Backend, fx: &Fixture, name: &str, step: Step) -> RunSpec {
+    let mut spec = fx.spec(backend, name).step(step);
+    spec.caches = vec![cache()];
+    spec
+}
+
 fn stored(store: &CacheStore, file: &str) -> Option<String> {
     let (dir, _guard) = store.current("conformance").ok()??;
     std::fs::read_to_string(dir.join(file)).ok()
@@ -35,10 +44,7 @@ const USE_CACHE: &str = r#"
 pub async fn cache_cold_then_warm(backend: &dyn Backend) {
     let (_keep, store) = store();
     let fx = Fixture::new("cachecold");
-    let mut spec = fx
-        .spec(backend, "cache-cold")
-        .step(Step::new("use", USE_CACHE));
-    spec.caches = vec![cache()];
+    let spec = cached_spec(backend, &fx, "cache-cold", Step::new("use", USE_CACHE));
     let (result, log) = run_with_caches(backend, &spec, &store).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     assert!(
@@ -52,11 +58,8 @@ pub async fn cache_cold_then_warm(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 
     let fx = Fixture::new("cachewarm");
-    let mut spec = fx
-        .spec(backend, "cache-warm")
-        .step(Step::new("use", USE_CACHE))
-        .env("VERSION", "v2");
-    spec.caches = vec![cache()];
+    let spec =
+        cached_spec(backend, &fx, "cache-warm", Step::new("use", USE_CACHE)).env("VERSION", "v2");
     let (result, log) = run_with_caches(backend, &spec, &store).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     assert!(log.text().contains("warm: v1"), "{}", log.text());
@@ -69,10 +72,7 @@ pub async fn cache_cold_then_warm(backend: &dyn Backend) {
 
 async fn seed(backend: &dyn Backend, store: &CacheStore) {
     let fx = Fixture::new("cacheseed");
-    let mut spec = fx
-        .spec(backend, "cache-seed")
-        .step(Step::new("use", USE_CACHE));
-    spec.caches = vec![cache()];
+    let spec = cached_spec(backend, &fx, "cache-seed", Step::new("use", USE_CACHE));
     let (result, _) = run_with_caches(backend, &spec, store).await;
     assert_eq!(result.status, RunStatus::Success);
     assert_eq!(stored(store, "built").as_deref(), Some("v1\n"));
@@ -83,11 +83,12 @@ pub async fn cache_not_saved_after_failure(backend: &dyn Backend) {
     let (_keep, store) = store();
     seed(backend, &store).await;
     let fx = Fixture::new("cachefail");
-    let mut spec = fx.spec(backend, "cache-fail").step(Step::new(
-        "poison",
-        "echo poisoned > .cache-dir/built; exit 1",
-    ));
-    spec.caches = vec![cache()];
+    let spec = cached_spec(
+        backend,
+        &fx,
+        "cache-fail",
+        Step::new("poison", "echo poisoned > .cache-dir/built; exit 1"),
+    );
     let (result, _) = run_with_caches(backend, &spec, &store).await;
     assert_eq!(result.status, RunStatus::Failed);
     assert!(!result.caches[0].saved);
@@ -154,11 +155,8 @@ pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 
     let fx = Fixture::new("cacheafter");
-    let mut spec = fx
-        .spec(backend, "cache-after")
-        .step(Step::new("use", USE_CACHE))
-        .env("VERSION", "v3");
-    spec.caches = vec![cache()];
+    let spec =
+        cached_spec(backend, &fx, "cache-after", Step::new("use", USE_CACHE)).env("VERSION", "v3");
     let (result, log) = run_with_caches(backend, &spec, &store).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     assert!(log.text().contains("warm: v1"), "{}", log.text());
@@ -174,11 +172,15 @@ pub async fn hostile_cache_is_refused(backend: &dyn Backend) {
     let (_keep, store) = store();
     seed(backend, &store).await;
     let fx = Fixture::new("cachehostile");
-    let mut spec = fx.spec(backend, "cache-hostile").step(Step::new(
-        "evil",
-        "echo evil > .cache-dir/built; ln -s /etc/passwd .cache-dir/passwd",
-    ));
-    spec.caches = vec![cache()];
+    let spec = cached_spec(
+        backend,
+        &fx,
+        "cache-hostile",
+        Step::new(
+            "evil",
+            "echo evil > .cache-dir/built; ln -s /etc/passwd .cache-dir/passwd",
+        ),
+    );
     let (result, log) = run_with_caches(backend, &spec, &store).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     let c = &result.caches[0];
@@ -200,10 +202,12 @@ pub async fn oversized_cache_is_not_saved(backend: &dyn Backend) {
     seed(backend, &store).await;
     store.max_bytes = 1000;
     let fx = Fixture::new("cachebig");
-    let mut spec = fx
-        .spec(backend, "cache-big")
-        .step(Step::new("grow", "head -c 5000 /dev/zero > .cache-dir/big"));
-    spec.caches = vec![cache()];
+    let spec = cached_spec(
+        backend,
+        &fx,
+        "cache-big",
+        Step::new("grow", "head -c 5000 /dev/zero > .cache-dir/big"),
+    );
     let (result, log) = run_with_caches(backend, &spec, &store).await;
     assert_eq!(result.status, RunStatus::Success);
     assert!(
@@ -222,14 +226,15 @@ pub async fn concurrent_saves_never_mix(backend: &dyn Backend) {
     let (_keep, store) = store();
     let (a, b) = (Fixture::new("cachea"), Fixture::new("cacheb"));
     let spec = |fx: &Fixture, who: &str| {
-        let mut spec = fx.spec(backend, &format!("cache-{who}")).step(Step::new(
-            "write",
-            format!(
-                "mkdir -p .cache-dir && for f in 1 2 3 4 5; do echo {who} > .cache-dir/$f; done"
-            ),
-        ));
-        spec.caches = vec![cache()];
-        spec
+        let write = format!(
+            "mkdir -p .cache-dir && for f in 1 2 3 4 5; do echo {who} > .cache-dir/$f; done"
+        );
+        cached_spec(
+            backend,
+            fx,
+            &format!("cache-{who}"),
+            Step::new("write", write),
+        )
     };
     let (sa, sb) = (spec(&a, "a"), spec(&b, "b"));
     let ((ra, _), (rb, _)) = tokio::join!(
