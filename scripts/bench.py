@@ -168,6 +168,12 @@ spec:
 """)
         return manifest
 
+    def baseline_pod(self):
+        """The name of the pod the kubectl baselines exec in, made on first use."""
+        if getattr(self, "k8s_pod", None) is None:
+            self.k8s_pod = self.pod()
+        return self.k8s_pod
+
     def pod(self):
         self.sh(["kubectl", "create", "-f", str(self.job_manifest("bench-baseline"))])
         self.sh(["kubectl", "wait", "--for=condition=Ready", "pod", "-l", "job-name=bench-baseline", "--timeout=120s"])
@@ -226,7 +232,7 @@ spec:
         self.notes.append(f"Docker per-step floor, where a bare exec's time goes ({n} execs of `true`, the last repetition): {self.floor_phases}.")
         self.row(f"per-step overhead, {n} × `true`", "docker", f"{mine * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{mine / cli:.2f}× CLI, {mine / floor:.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", mine / cli <= 0.5 and mine / floor <= 1.2)
 
-        pod = self.pod()
+        pod = self.baseline_pod()
         m = self.interleaved(
             cli=lambda: self.timed(f"for i in $(seq {n}); do kubectl exec {pod} -- true; done", shell=True)[0],
             floor=lambda: float(self.sh([str(self.bin_dir / "examples" / "bare_kube_exec"), pod, str(n)])),
@@ -235,7 +241,6 @@ spec:
         cli, floor, mine = m["cli"] / n, m["floor"] / n, ours(m, "k8s")
         self.notes.append(f"runner-cli's own CPU time per step on the test cluster: {self.cpu_per_step['k8s'] * 1000:.2f} ms of {mine * 1000:.1f} ms.")
         self.row(f"per-step overhead, {n} × `true`", "k8s (test cluster)", f"{mine * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{mine / cli:.2f}× kubectl, {mine / floor:.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", mine / cli <= 0.5 and mine / floor <= 1.2)
-        self.k8s_pod = pod
 
     def transfer(self):
         big = (1 << 20) if self.quick else (1 << 30)
@@ -245,8 +250,8 @@ spec:
         cases = [(f"{big >> 20} MiB as one file", self.checkout("big", big_bytes=big)), (f"{small} small files", self.checkout("small", small_files=small))]
         for executor in ["docker", "k8s"]:
             cid = self.container() if executor == "docker" else None
-            exec_in = f"docker exec -i {cid}" if cid else f"kubectl exec -i {self.k8s_pod} --"
-            exec_out = f"docker exec {cid}" if cid else f"kubectl exec {self.k8s_pod} --"
+            exec_in = f"docker exec -i {cid}" if cid else f"kubectl exec -i {self.baseline_pod()} --"
+            exec_out = f"docker exec {cid}" if cid else f"kubectl exec {self.baseline_pod()} --"
             try:
                 for label, src in cases:
                     base_in = self.median(lambda: self.timed(f"{exec_out} rm -rf /tmp/in && {exec_out} mkdir -p /tmp/in && tar c -C {src} . | {exec_in} tar x -C /tmp/in", shell=True)[0] - self.timed(f"{exec_out} rm -rf /tmp/in && {exec_out} mkdir -p /tmp/in", shell=True)[0])
@@ -303,7 +308,7 @@ spec:
         flood = self.steps("flood", [("flood", f"{YES} | head -c {size}")])
         for executor in ["docker", "k8s"]:
             cid = self.container() if executor == "docker" else None
-            exec_cmd = f"docker exec {cid}" if cid else f"kubectl exec {self.k8s_pod} --"
+            exec_cmd = f"docker exec {cid}" if cid else f"kubectl exec {self.baseline_pod()} --"
             try:
                 base = self.median(lambda: self.timed(f"{exec_cmd} sh -c '{YES} | head -c {size}' > /dev/null", shell=True)[0])
             finally:
