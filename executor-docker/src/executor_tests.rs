@@ -29,6 +29,26 @@ fn with_exec(mock: &mut MockEngine, state: ExecState) {
     mock.expect_exec_inspect().returning(move |_| Ok(state));
 }
 
+/// Runs `step()` in container `c`, which inspects as running.
+async fn step_in_running_container(mut mock: MockEngine) -> Result<CommandOutcome, ExecutorError> {
+    mock.expect_inspect().returning(|_| {
+        Ok(ContainerState {
+            exists: true,
+            running: true,
+            oom_killed: false,
+        })
+    });
+    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
+    executor
+        .command(
+            &RunHandle::in_container("c"),
+            &step(),
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await
+}
+
 #[tokio::test]
 async fn a_missing_exit_code_is_lost_status_never_success() {
     let mut mock = MockEngine::new();
@@ -50,23 +70,7 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
             exit_code: (exec_id == "probe").then_some(0),
         })
     });
-    mock.expect_inspect().returning(|_| {
-        Ok(ContainerState {
-            exists: true,
-            running: true,
-            oom_killed: false,
-        })
-    });
-    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
-    let err = executor
-        .command(
-            &RunHandle::in_container("c"),
-            &step(),
-            &RunLog::discard(),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap_err();
+    let err = step_in_running_container(mock).await.unwrap_err();
     assert!(matches!(err, ExecutorError::LostExitStatus { .. }), "{err}");
 }
 
@@ -82,23 +86,7 @@ async fn a_missing_exit_code_from_a_container_that_no_longer_answers_is_a_lost_e
             exit_code: None,
         },
     );
-    mock.expect_inspect().returning(|_| {
-        Ok(ContainerState {
-            exists: true,
-            running: true,
-            oom_killed: false,
-        })
-    });
-    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
-    let err = executor
-        .command(
-            &RunHandle::in_container("c"),
-            &step(),
-            &RunLog::discard(),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap_err();
+    let err = step_in_running_container(mock).await.unwrap_err();
     assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
 }
 
