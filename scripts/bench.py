@@ -180,11 +180,12 @@ spec:
         return self.sh(["kubectl", "get", "pods", "-l", "job-name=bench-baseline", "-o", "jsonpath={.items[0].metadata.name}"]).strip()
 
     # -- rows ------------------------------------------------------------
-    def interleaved(self, **fns):
-        """Medians of each measurement, taken in turn within every repetition,
-        so drift in the machine's speed falls on all of them alike."""
+    def interleaved(self, reps=None, **fns):
+        """Medians of each measurement, taken in turn within every repetition
+        (`reps`, default --reps), so drift in the machine's speed falls on
+        all of them alike."""
         values = {name: [] for name in fns}
-        for _ in range(self.reps):
+        for _ in range(reps or self.reps):
             for name, fn in fns.items():
                 values[name].append(fn())
         return {name: statistics.median(v) for name, v in values.items()}
@@ -339,7 +340,7 @@ spec:
         self.row("runner memory (peak RSS of runner-cli, docker)", "docker", f"{peak >> 20} MiB", "64 MiB budget", f"{peak / (64 << 20):.2f}× budget", "≤ 64 MiB, flat across sizes", peak <= (64 << 20) and peak - low <= (16 << 20), detail)
 
     def engine_call(self, method, path, body=None, content_type="application/json"):
-        """Seconds and status of one Docker API call, sent straight to the engine's socket."""
+        """Seconds of one Docker API call, sent straight to the engine's socket; fails on an error status."""
         sock = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
 
         class Conn(http.client.HTTPConnection):
@@ -363,42 +364,44 @@ spec:
         # Each repetition is under a second and the engine's start time
         # drifts: interleave the two and take more of them than elsewhere.
         reps = 1 if self.quick else max(self.reps, 9)
-        base, first = [], []
-        for _ in range(reps):
+
+        def container_start():
             t = time.perf_counter()
             cid = self.sh(["docker", "run", "-d", "--network", "none", IMAGE, *KEEPALIVE]).strip()
-            base.append(time.perf_counter() - t)
+            dt = time.perf_counter() - t
             self.sh(["docker", "rm", "-f", cid])
-            first.append(self.runner("docker", one, empty, first_step=True)[2])
-        base, first = statistics.median(base), statistics.median(first)
+            return dt
+        m = self.interleaved(reps, base=container_start, first=lambda: self.runner("docker", one, empty, first_step=True)[2])
+        base, first = m["base"], m["first"]
         added = (first - base) * 1000
         self.row("start to first step", "docker", f"{first * 1000:.0f} ms", f"{base * 1000:.0f} ms (`docker run -d`)", f"+{added:.0f} ms", "≤ 100 ms added", added <= 100)
         self.start_breakdown(reps)
 
-        base, first = [], []
-        for _ in range(reps):
+        def pod_start():
             name = f"bench-start-{time.monotonic_ns()}"
             manifest = self.job_manifest(name)
             t = time.perf_counter()
             self.sh(["kubectl", "create", "-f", str(manifest)])
             self.sh(["kubectl", "wait", "--for=condition=Ready", "pod", "-l", f"job-name={name}", "--timeout=120s"])
-            base.append(time.perf_counter() - t)
+            dt = time.perf_counter() - t
             self.sh(["kubectl", "delete", "job", name, "--cascade=foreground"])
-            first.append(self.runner("k8s", one, empty, first_step=True)[2])
-        base, first = statistics.median(base), statistics.median(first)
+            return dt
+        m = self.interleaved(reps, base=pod_start, first=lambda: self.runner("k8s", one, empty, first_step=True)[2])
+        base, first = m["base"], m["first"]
         added = (first - base) * 1000
         self.row("start to first step", "k8s (test cluster)", f"{first * 1000:.0f} ms", f"{base * 1000:.0f} ms (`kubectl create` + `kubectl wait` Ready)", f"{added:+.0f} ms", "≤ 100 ms added", added <= 100)
 
     def start_breakdown(self, reps):
         """The engine calls the executor makes beyond create and start, each sent bare."""
+        names = ["work", "steps", "outputs", ".knotless"]
         folders = self.tmp / "run-folders"
-        for d in ("work", "steps", "outputs", ".knotless"):
+        for d in names:
             (folders / d).mkdir(parents=True, exist_ok=True)
-        tar = subprocess.run(["tar", "-C", str(folders), "-cf", "-", "work", "steps", "outputs", ".knotless"],
-                             check=True, capture_output=True).stdout
+        tar = subprocess.run(["tar", "-C", str(folders), "-cf", "-", *names], check=True, capture_output=True).stdout
+        volumes = [a for d in names for a in ("-v", f"/{d}")]
         version, image, upload = [], [], []
         for _ in range(reps):
-            cid = self.sh(["docker", "run", "-d", "--network", "none", *[a for d in ("/work", "/steps", "/outputs", "/.knotless") for a in ("-v", d)], IMAGE, *KEEPALIVE]).strip()
+            cid = self.sh(["docker", "run", "-d", "--network", "none", *volumes, IMAGE, *KEEPALIVE]).strip()
             try:
                 version.append(self.engine_call("GET", "/version"))
                 image.append(self.engine_call("GET", f"/images/{IMAGE}/json"))
