@@ -4,6 +4,8 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
 use executor_core::tar::{pack_dir, unpack_untrusted, UnpackError, UnpackLimits};
+use futures_util::StreamExt;
+use tokio::io::AsyncReadExt;
 
 /// One raw ustar header + data, built by hand so tests can say anything a
 /// hostile archive could.
@@ -268,4 +270,42 @@ async fn many_small_files_and_a_large_one_arrive_whole() {
         std::fs::read_to_string(dest.path().join("d19/f1999")).unwrap(),
         "file 1999"
     );
+}
+
+#[tokio::test]
+async fn pack_order_is_sorted_and_stable_across_small_and_streamed_files() {
+    // Small files are read in batches and bigger ones streamed; the
+    // archive must not show where one ends and the other begins.
+    let src = tempfile::tempdir().unwrap();
+    let s = src.path();
+    let medium: Vec<u8> = (0..100_000).map(|i| (i % 253) as u8).collect();
+    std::fs::write(s.join("a"), "small a").unwrap();
+    std::fs::write(s.join("b"), &medium).unwrap();
+    std::fs::write(s.join("c"), "small c").unwrap();
+    symlink("c", s.join("d")).unwrap();
+    std::fs::create_dir(s.join("e")).unwrap();
+    std::fs::write(s.join("e/f"), "").unwrap();
+    std::fs::write(s.join("g"), "small g").unwrap();
+
+    let pack = || async {
+        let mut bytes = Vec::new();
+        pack_dir(s).read_to_end(&mut bytes).await.unwrap();
+        bytes
+    };
+    let first = pack().await;
+    assert_eq!(first, pack().await, "the same tree packs the same");
+
+    let mut names = Vec::new();
+    let mut entries = tokio_tar::Archive::new(first.as_slice()).entries().unwrap();
+    while let Some(entry) = entries.next().await {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().display().to_string();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data).await.unwrap();
+        if name == "b" {
+            assert_eq!(data, medium);
+        }
+        names.push(name);
+    }
+    assert_eq!(names, ["a", "b", "c", "d", "e", "g", "e/f"]);
 }

@@ -1,3 +1,4 @@
+use std::ffi::OsString;
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -154,6 +155,11 @@ fn spawn_packer(layout: Layout) -> PackStream {
 }
 
 /// Appends `root`'s contents with names under `prefix`.
+///
+/// Each folder is listed in one blocking-pool trip, and runs of small
+/// files are read whole, many per trip: a tree of many small files would
+/// otherwise cost several trips (stat, open, read, read to the end) per
+/// file, and the trips, not the reads, would be the time.
 async fn append_tree(
     builder: &mut Builder<DuplexStream>,
     root: &Path,
@@ -172,24 +178,46 @@ async fn append_tree(
     let mut pending: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = pending.pop() {
         let abs = root.join(&rel);
-        let mut names = Vec::new();
-        let mut dir = tokio::fs::read_dir(&abs)
-            .await
-            .map_err(|e| with_path(e, &abs))?;
-        while let Some(entry) = dir.next_entry().await.map_err(|e| with_path(e, &abs))? {
-            names.push(entry.file_name());
-        }
-        names.sort();
+        let entries = blocking({
+            let abs = abs.clone();
+            move || list_sorted(&abs)
+        })
+        .await?;
         let mut subdirs = Vec::new();
-        for name in names {
-            let child_rel = rel.join(&name);
-            let child_abs = abs.join(&name);
+        let mut rest = entries.as_slice();
+        while let Some(entry) = rest.first() {
+            if entry.is_small_file() {
+                let batch = small_file_run(rest);
+                rest = &rest[batch.len()..];
+                let names: Vec<OsString> = batch.iter().map(|e| e.name.clone()).collect();
+                let files = blocking({
+                    let abs = abs.clone();
+                    move || read_small_files(&abs, names)
+                })
+                .await?;
+                for file in files {
+                    let child_abs = abs.join(&file.name);
+                    let archived = prefix.join(&rel).join(&file.name);
+                    match file.data {
+                        Some(data) => {
+                            let mut header = Header::new_gnu();
+                            header.set_metadata_in_mode(&file.meta, HeaderMode::Complete);
+                            builder
+                                .append_data(&mut header, &archived, data.as_slice())
+                                .await
+                        }
+                        // It grew past the small size since it was listed.
+                        None => append_file(builder, &child_abs, &archived).await,
+                    }
+                    .map_err(|e| with_path(e, &child_abs))?;
+                }
+                continue;
+            }
+            rest = &rest[1..];
+            let child_rel = rel.join(&entry.name);
+            let child_abs = abs.join(&entry.name);
             let archived = prefix.join(&child_rel);
-            let kind = tokio::fs::symlink_metadata(&child_abs)
-                .await
-                .map_err(|e| with_path(e, &child_abs))?
-                .file_type();
-            if kind.is_file() {
+            if entry.kind.is_file() {
                 append_file(builder, &child_abs, &archived)
                     .await
                     .map_err(|e| with_path(e, &child_abs))?;
@@ -199,13 +227,129 @@ async fn append_tree(
                     .await
                     .map_err(|e| with_path(e, &child_abs))?;
             }
-            if kind.is_dir() {
+            if entry.kind.is_dir() {
                 subdirs.push(child_rel);
             }
         }
         pending.extend(subdirs.into_iter().rev());
     }
     Ok(())
+}
+
+/// Files at most this big are read whole, several per blocking trip;
+/// bigger ones are streamed.
+const SMALL_FILE: u64 = 64 * 1024;
+/// At most this much small-file data is read in one trip, which bounds
+/// the memory a batch holds.
+const SMALL_BATCH_BYTES: u64 = 1024 * 1024;
+
+/// One folder entry, as listed (not followed).
+struct Listed {
+    name: OsString,
+    kind: std::fs::FileType,
+    len: u64,
+}
+
+impl Listed {
+    fn is_small_file(&self) -> bool {
+        self.kind.is_file() && self.len <= SMALL_FILE
+    }
+}
+
+/// The small files at the head of `entries`, up to one batch's worth.
+fn small_file_run(entries: &[Listed]) -> &[Listed] {
+    let mut bytes = 0;
+    let n = entries
+        .iter()
+        .take_while(|e| {
+            let fits = e.is_small_file() && bytes < SMALL_BATCH_BYTES;
+            bytes += e.len;
+            fits
+        })
+        .count();
+    &entries[..n]
+}
+
+/// `dir`'s entries sorted by name, each with its own (unfollowed) type.
+fn list_sorted(dir: &Path) -> io::Result<Vec<Listed>> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| with_path(e, dir))? {
+        let entry = entry.map_err(|e| with_path(e, dir))?;
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(|e| with_path(e, &path))?;
+        entries.push(Listed {
+            name: entry.file_name(),
+            kind: meta.file_type(),
+            len: meta.len(),
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
+/// A small file read whole; `data` is `None` when it grew past
+/// [`SMALL_FILE`] since it was listed, to be streamed instead.
+struct SmallFile {
+    name: OsString,
+    meta: std::fs::Metadata,
+    data: Option<Vec<u8>>,
+}
+
+/// Reads `names` in `dir`, never following a link that replaced a file
+/// since it was listed. Each file's size is the opened file's; one that
+/// shrinks while it is read is an error, never a short entry.
+fn read_small_files(dir: &Path, names: Vec<OsString>) -> io::Result<Vec<SmallFile>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    names
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(&name);
+            let read = || -> io::Result<SmallFile> {
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .open(&path)?;
+                let meta = file.metadata()?;
+                if !meta.is_file() {
+                    return Err(io::Error::other(
+                        "it stopped being a file while it was packed",
+                    ));
+                }
+                if meta.len() > SMALL_FILE {
+                    return Ok(SmallFile {
+                        name: name.clone(),
+                        meta,
+                        data: None,
+                    });
+                }
+                let mut data = Vec::with_capacity(meta.len() as usize);
+                file.take(meta.len()).read_to_end(&mut data)?;
+                let missing = meta.len() - data.len() as u64;
+                if missing > 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the file shrank while it was packed ({missing} bytes missing)"),
+                    ));
+                }
+                Ok(SmallFile {
+                    name: name.clone(),
+                    meta,
+                    data: Some(data),
+                })
+            };
+            read().map_err(|e| with_path(e, &path))
+        })
+        .collect()
+}
+
+/// Runs filesystem work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|join| io::Error::other(format!("tar packer failed: {join}")))?
 }
 
 /// Appends one regular file, read in large pieces: every tokio file read
