@@ -189,28 +189,7 @@ async fn append_tree(
             if entry.is_small_file() {
                 let batch = small_file_run(rest);
                 rest = &rest[batch.len()..];
-                let names: Vec<OsString> = batch.iter().map(|e| e.name.clone()).collect();
-                let files = blocking({
-                    let abs = abs.clone();
-                    move || read_small_files(&abs, names)
-                })
-                .await?;
-                for file in files {
-                    let child_abs = abs.join(&file.name);
-                    let archived = prefix.join(&rel).join(&file.name);
-                    match file.data {
-                        Some(data) => {
-                            let mut header = Header::new_gnu();
-                            header.set_metadata_in_mode(&file.meta, HeaderMode::Complete);
-                            builder
-                                .append_data(&mut header, &archived, data.as_slice())
-                                .await
-                        }
-                        // It grew past the small size since it was listed.
-                        None => append_file(builder, &child_abs, &archived).await,
-                    }
-                    .map_err(|e| with_path(e, &child_abs))?;
-                }
+                append_small_files(builder, &abs, &prefix.join(&rel), batch).await?;
                 continue;
             }
             rest = &rest[1..];
@@ -232,6 +211,39 @@ async fn append_tree(
             }
         }
         pending.extend(subdirs.into_iter().rev());
+    }
+    Ok(())
+}
+
+/// Appends `batch`, small files of `dir`, read in one blocking trip, with
+/// names under `archived_dir`.
+async fn append_small_files(
+    builder: &mut Builder<DuplexStream>,
+    dir: &Path,
+    archived_dir: &Path,
+    batch: &[Listed],
+) -> io::Result<()> {
+    let names: Vec<OsString> = batch.iter().map(|e| e.name.clone()).collect();
+    let files = blocking({
+        let dir = dir.to_path_buf();
+        move || read_small_files(&dir, names)
+    })
+    .await?;
+    for file in files {
+        let abs = dir.join(&file.name);
+        let archived = archived_dir.join(&file.name);
+        match file.data {
+            Some(data) => {
+                let mut header = Header::new_gnu();
+                header.set_metadata_in_mode(&file.meta, HeaderMode::Complete);
+                builder
+                    .append_data(&mut header, &archived, data.as_slice())
+                    .await
+            }
+            // It grew past the small size since it was listed.
+            None => append_file(builder, &abs, &archived).await,
+        }
+        .map_err(|e| with_path(e, &abs))?;
     }
     Ok(())
 }

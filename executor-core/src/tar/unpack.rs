@@ -112,8 +112,9 @@ pub enum UnpackError {
 /// The stream is parsed on the caller's task and every filesystem write
 /// happens in order on one blocking thread, fed batches of work through a
 /// bounded queue: many small files cost one queue trip instead of a
-/// blocking-pool trip per call, and memory stays bounded. When this future ends, the writer has
-/// stopped; when it is dropped, the writer stops after its current entry.
+/// blocking-pool trip per call, and memory stays bounded. When this future
+/// ends, the writer has stopped; when it is dropped, the writer stops after
+/// its current entry.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
