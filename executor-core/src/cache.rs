@@ -102,7 +102,8 @@ pub struct CacheResult {
     pub size_out: u64,
     /// Milliseconds restoring.
     pub ms_in: u64,
-    /// Milliseconds bringing it back.
+    /// Milliseconds bringing it back (the copy out of the environment; not
+    /// the removal of the host copy it replaces).
     pub ms_out: u64,
     /// Whether the host copy was replaced.
     pub saved: bool,

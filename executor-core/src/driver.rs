@@ -365,12 +365,15 @@ async fn save_caches(
             executor.copy_out(handle, &r.path, pending.folder(), limits),
         )
         .await;
+        // The copy's time, before the commit removes the copy it replaces:
+        // that removal is the store's housekeeping, not bringing data back.
+        let ms_out = millis(clock);
         let why = match copied {
             Ok(Ok(summary)) => match store.commit(pending) {
                 Ok(()) => {
                     r.saved = true;
                     r.size_out = summary.bytes;
-                    r.ms_out = millis(clock);
+                    r.ms_out = ms_out;
                     log.line(&format!(
                         "cache {}: saved {} bytes from {} in {} ms",
                         cache.key, summary.bytes, r.path, r.ms_out
