@@ -339,10 +339,7 @@ fn read_small_files(dir: &Path, names: Vec<OsString>) -> io::Result<Vec<SmallFil
                 file.take(meta.len()).read_to_end(&mut data)?;
                 let missing = meta.len() - data.len() as u64;
                 if missing > 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("the file shrank while it was packed ({missing} bytes missing)"),
-                    ));
+                    return Err(shrank(missing));
                 }
                 Ok(SmallFile {
                     name: name.clone(),
@@ -407,17 +404,19 @@ impl<R: AsyncRead + Unpin> AsyncRead for SizedReader<R> {
         ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
         let got = (buf.filled().len() - before) as u64;
         if got == 0 && buf.remaining() > 0 && self.remaining > 0 {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "the file shrank while it was packed ({} bytes missing)",
-                    self.remaining
-                ),
-            )));
+            return Poll::Ready(Err(shrank(self.remaining)));
         }
         self.remaining = self.remaining.saturating_sub(got);
         Poll::Ready(Ok(()))
     }
+}
+
+/// A file that ended `missing` bytes before the size its header promised.
+fn shrank(missing: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("the file shrank while it was packed ({missing} bytes missing)"),
+    )
 }
 
 fn with_path(err: io::Error, path: &Path) -> io::Error {
