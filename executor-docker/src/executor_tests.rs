@@ -38,6 +38,11 @@ async fn step_in_running_container(mut mock: MockEngine) -> Result<CommandOutcom
             oom_killed: false,
         })
     });
+    step_in_container(mock).await
+}
+
+/// Runs `step()` in container `c` on `mock`.
+async fn step_in_container(mock: MockEngine) -> Result<CommandOutcome, ExecutorError> {
     let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
     executor
         .command(
@@ -110,16 +115,7 @@ async fn exit_codes_pass_through_and_the_step_runs_in_work_dir_with_its_env() {
             exit_code: Some(42),
         })
     });
-    let executor = DockerExecutor::with_engine(Arc::new(mock), DockerOptions::default());
-    let outcome = executor
-        .command(
-            &RunHandle::in_container("c"),
-            &step(),
-            &RunLog::discard(),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let outcome = step_in_container(mock).await.unwrap();
     assert_eq!(outcome, CommandOutcome::exited(42));
 }
 
