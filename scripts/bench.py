@@ -57,7 +57,7 @@ class Bench:
         start = time.perf_counter()
         p = subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
         secs = time.perf_counter() - start
-        if p.returncode != 0:
+        if p.returncode not in ok_codes:
             raise RuntimeError(f"{cmd!r} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
         return secs
 
@@ -93,7 +93,7 @@ class Bench:
             (sub / f"f{i}.txt").write_bytes(os.urandom(1024))
         return d
 
-    def runner(self, executor, steps, workdir, extra=(), first_step=False):
+    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,)):
         """One runner-cli run: seconds, peak RSS, seconds to the first step's start."""
         out = self.tmp / "out"
         shutil.rmtree(out, ignore_errors=True)
@@ -122,7 +122,7 @@ class Bench:
         p.returncode = os.waitstatus_to_exitcode(status)
         secs = time.perf_counter() - start
         self.last_cpu = usage.ru_utime + usage.ru_stime
-        if p.returncode != 0:
+        if p.returncode not in ok_codes:
             raise RuntimeError(f"runner-cli {executor} exited {p.returncode}: {p.stderr.read().decode(errors='replace')[-2000:]}")
         rss = int(peak.read_text().split()[-1]) if self.gnu_time else usage.ru_maxrss
         return secs, rss * 1024, first
@@ -389,6 +389,21 @@ spec:
             detail += " (no GNU time here: each figure is at least this script's own peak)"
         self.row("runner memory (peak RSS of runner-cli, docker)", "docker", f"{peak >> 20} MiB", "64 MiB budget", f"{peak / (64 << 20):.2f}× budget", "≤ 64 MiB, flat across sizes", peak <= (64 << 20) and peak - low <= (16 << 20), detail)
 
+    def header_bomb(self):
+        """Runner memory when a step's own `tar` sends a header declaring a
+        600 MiB long name, against the same run bringing 1 MiB of outputs."""
+        co = self.checkout("bomb")
+        (co / "bomb.tar").write_bytes(long_name_bomb(600 << 20))
+        fake = "cat /work/bomb.tar; head -c 1048576 /dev/zero"
+        bomb = self.steps("bomb", [("replace-tar", f"rm -f /bin/tar && printf '#!/bin/sh\\n%s\\n' '{fake}' > /bin/tar && chmod +x /bin/tar")])
+        normal = self.steps("normal", [("write", 'head -c 1048576 /dev/zero > "$OUTPUTS_DIR/one-mib"')])
+        normal_rss = statistics.median(self.runner("k8s", normal, co)[1] for _ in range(self.reps))
+        bomb_rss = statistics.median(self.runner("k8s", bomb, co, ok_codes=(3,))[1] for _ in range(self.reps))
+        err = json.loads((self.tmp / "result.json").read_text())["error"] or ""
+        self.row("runner memory under a header bomb (peak RSS)", "k8s (test cluster)", f"{bomb_rss / (1 << 20):.1f} MiB",
+                 f"{normal_rss / (1 << 20):.1f} MiB (1 MiB of outputs, same run)", f"{bomb_rss / normal_rss:.2f}×",
+                 "≤ 1.1× (flat whatever the stream declares)", bomb_rss <= normal_rss * 1.1, f"refused: {err[:120]}")
+
     def engine_call(self, method, path, body=None, content_type="application/json"):
         """Seconds of one Docker API call, sent straight to the engine's socket; fails on an error status."""
         sock = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
@@ -574,7 +589,7 @@ spec:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.transfer, self.logs, self.memory_row, self.start_to_first_step, self.concurrency, self.cache]
+            parts = [self.per_step, self.transfer, self.logs, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:
@@ -586,12 +601,26 @@ spec:
         self.report(self.args.out)
 
 
+def long_name_bomb(size):
+    """A GNU long-name header that declares `size` bytes and brings none."""
+    h = bytearray(512)
+    h[0:13] = b"././@LongLink"
+    h[100:107] = b"0000644"
+    h[124:135] = f"{size:011o}".encode()
+    h[136:147] = b"00000000000"
+    h[156] = ord("L")
+    h[257:265] = b"ustar  \0"
+    h[148:156] = b"        "
+    h[148:155] = f"{sum(h):06o}\0".encode()
+    return bytes(h)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
-    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs memory_row start_to_first_step concurrency cache)")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs memory_row header_bomb start_to_first_step concurrency cache)")
     Bench(parser.parse_args()).run()
 
 

@@ -61,7 +61,9 @@ impl CacheSpec {
     }
 }
 
-/// Checks a cache key: not empty, no `/`, not `.` or `..`, printable.
+/// Checks a cache key: not empty, no `/`, no `..`, not starting with `.`
+/// (names starting with a dot are the store's own), letters, digits, `.`,
+/// `-` and `_` only.
 pub fn validate_key(key: &str) -> Result<(), ExecutorError> {
     let bad = |why: &str| {
         Err(ExecutorError::InvalidInput(format!(
@@ -76,6 +78,9 @@ pub fn validate_key(key: &str) -> Result<(), ExecutorError> {
     }
     if key == "." || key == ".." || key.contains("..") {
         return bad("contains ..");
+    }
+    if key.starts_with('.') {
+        return bad("starts with a dot");
     }
     if !key
         .chars()
@@ -107,12 +112,36 @@ pub struct CacheResult {
     pub ms_out: u64,
     /// Whether the host copy was replaced.
     pub saved: bool,
+    /// The namespace this run saves into: `trusted`, or `untrusted` for a
+    /// run of untrusted code, whose saves trusted runs never read.
+    pub namespace: Trust,
+    /// The namespace of the copy restored, when one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<Trust>,
     /// Why it was not restored or saved, when it was not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
-/// The host side of every cache: one folder per key under `dir`.
+/// Whether a run's code is trusted, which decides the cache namespace it
+/// saves into.
+///
+/// A run of untrusted code (a pull request, a job from a shared queue) may
+/// restore the trusted copy of a cache but saves only into its own
+/// namespace, which trusted runs never read: otherwise a pull request
+/// could plant code in a cache that the next trusted run executes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// Code from the repository's own branches.
+    #[default]
+    Trusted,
+    /// Code from outside (a pull request, a shared queue).
+    Untrusted,
+}
+
+/// The host side of every cache: one folder per key under `dir`; the
+/// saves of untrusted runs under `dir/.untrusted`.
 #[derive(Debug, Clone)]
 pub struct CacheStore {
     dir: PathBuf,
@@ -120,6 +149,8 @@ pub struct CacheStore {
     pub max_bytes: u64,
     /// Saves go to a scratch folder and are thrown away (for `--dry-run`).
     discard_saves: bool,
+    /// The namespace this view reads first and saves into.
+    trust: Trust,
 }
 
 /// A save in progress: fill [`folder`](PendingSave::folder), then
@@ -130,7 +161,8 @@ pub struct PendingSave {
     folder: PathBuf,
     committed: bool,
     /// Held while the save is in progress, so no other commit removes it.
-    _busy: Flock<File>,
+    _busy: Option<Flock<File>>,
+    busy_path: PathBuf,
 }
 
 impl PendingSave {
@@ -149,7 +181,7 @@ impl Drop for PendingSave {
         if !self.committed {
             let _ = std::fs::remove_dir_all(&self.folder);
         }
-        let _ = std::fs::remove_file(busy_file(&self.folder));
+        let _ = std::fs::remove_file(&self.busy_path);
     }
 }
 
@@ -160,6 +192,7 @@ impl CacheStore {
             dir: dir.into(),
             max_bytes,
             discard_saves: false,
+            trust: Trust::Trusted,
         }
     }
 
@@ -182,8 +215,31 @@ impl CacheStore {
         base.join("knotless-runner").join("caches")
     }
 
+    /// The same store seen from a run of `trust`: where its saves go.
+    ///
+    /// ```
+    /// use executor_core::{cache::Trust, CacheStore};
+    /// let store = CacheStore::new("/var/cache/ci", 1 << 30);
+    /// let untrusted = store.namespace(Trust::Untrusted);
+    /// assert_eq!(untrusted.trust(), Trust::Untrusted);
+    /// ```
+    pub fn namespace(&self, trust: Trust) -> CacheStore {
+        CacheStore {
+            trust,
+            ..self.clone()
+        }
+    }
+
+    /// The namespace this view of the store reads and writes.
+    pub fn trust(&self) -> Trust {
+        self.trust
+    }
+
     fn key_dir(&self, key: &str) -> PathBuf {
-        self.dir.join(key)
+        match self.trust {
+            Trust::Trusted => self.dir.join(key),
+            Trust::Untrusted => self.dir.join(".untrusted").join(key),
+        }
     }
 
     fn lock(&self, key: &str, arg: FlockArg) -> Result<Flock<File>, ExecutorError> {
@@ -197,52 +253,104 @@ impl CacheStore {
             .map_err(|(_, e)| ExecutorError::io("locking the cache", &path, e.into()))
     }
 
-    /// The current host copy of `key`, if any, with a shared lock held for
-    /// as long as the guard lives so no save deletes it meanwhile.
+    /// The current host copy of `key` in this namespace, if any, with a
+    /// shared lock held for as long as the guard lives so no save deletes
+    /// it meanwhile. A read-only store takes the lock only if its file
+    /// exists, and creates nothing.
     pub fn current(&self, key: &str) -> Result<Option<(PathBuf, Flock<File>)>, ExecutorError> {
         validate_key(key)?;
         let link = self.key_dir(key).join("current");
         if std::fs::symlink_metadata(&link).is_err() {
             return Ok(None);
         }
-        let guard = self.lock(key, FlockArg::LockShared)?;
+        let guard = if self.discard_saves {
+            let path = self.key_dir(key).join("lock");
+            let Ok(file) = File::open(&path) else {
+                return Ok(None);
+            };
+            Flock::lock(file, FlockArg::LockShared)
+                .map_err(|(_, e)| ExecutorError::io("locking the cache", &path, e.into()))?
+        } else {
+            self.lock(key, FlockArg::LockShared)?
+        };
         match std::fs::read_link(&link) {
             Ok(target) => Ok(Some((self.key_dir(key).join(target), guard))),
             Err(_) => Ok(None),
         }
     }
 
+    /// The copy of `key` a run of this namespace restores, and the
+    /// namespace it came from: its own copy, else (for an untrusted run)
+    /// the trusted one. A trusted run never reads an untrusted copy.
+    #[allow(clippy::type_complexity)]
+    pub fn restorable(
+        &self,
+        key: &str,
+    ) -> Result<Option<(PathBuf, Flock<File>, Trust)>, ExecutorError> {
+        if let Some((dir, guard)) = self.current(key)? {
+            return Ok(Some((dir, guard, self.trust)));
+        }
+        if self.trust == Trust::Untrusted {
+            let trusted = self.namespace(Trust::Trusted);
+            if let Some((dir, guard)) = trusted.current(key)? {
+                return Ok(Some((dir, guard, Trust::Trusted)));
+            }
+        }
+        Ok(None)
+    }
+
     /// Starts a save of `key` into a fresh folder beside the current copy.
+    ///
+    /// The save's busy mark is created and locked before its folder, so a
+    /// concurrent commit, which removes every idle copy, never sees the
+    /// folder without its lock. A read-only store's save goes to a scratch
+    /// path outside the store that nothing creates unless written to.
     pub fn begin_save(&self, key: &str) -> Result<PendingSave, ExecutorError> {
         validate_key(key)?;
+        if self.discard_saves {
+            let folder = std::env::temp_dir().join(format!(
+                "knotless-dry-run-cache-{}",
+                crate::labels::random_hex(8)
+            ));
+            let busy_path = busy_file(&folder);
+            return Ok(PendingSave {
+                key: key.to_string(),
+                folder,
+                committed: false,
+                _busy: None,
+                busy_path,
+            });
+        }
         let dir = self.key_dir(key);
         std::fs::create_dir_all(&dir)
             .map_err(|e| ExecutorError::io("creating the cache folder", &dir, e))?;
-        let folder = tempfile::Builder::new()
+        let (file, busy_path) = tempfile::Builder::new()
             .prefix("data-")
-            .tempdir_in(&dir)
-            .map_err(|e| ExecutorError::io("creating a cache copy", &dir, e))?
-            .keep();
-        let busy_path = busy_file(&folder);
-        let busy = File::create(&busy_path)
-            .map_err(|e| ExecutorError::io("marking a cache save", &busy_path, e))
-            .and_then(|f| {
-                Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-                    ExecutorError::io("marking a cache save", &busy_path, e.into())
-                })
-            });
+            .suffix(".busy")
+            .tempfile_in(&dir)
+            .map_err(|e| ExecutorError::io("marking a cache save", &dir, e))?
+            .keep()
+            .map_err(|e| ExecutorError::io("marking a cache save", &dir, e.error))?;
+        let busy = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| ExecutorError::io("marking a cache save", &busy_path, e.into()));
         let busy = match busy {
             Ok(b) => b,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&folder);
+                let _ = std::fs::remove_file(&busy_path);
                 return Err(e);
             }
         };
+        let folder = busy_path.with_extension("");
+        if let Err(e) = std::fs::create_dir(&folder) {
+            let _ = std::fs::remove_file(&busy_path);
+            return Err(ExecutorError::io("creating a cache copy", &folder, e));
+        }
         Ok(PendingSave {
             key: key.to_string(),
             folder,
             committed: false,
-            _busy: busy,
+            _busy: Some(busy),
+            busy_path,
         })
     }
 
@@ -276,10 +384,17 @@ impl CacheStore {
             for entry in entries.flatten() {
                 let file = entry.file_name();
                 let file = file.to_string_lossy();
-                if !file.starts_with("data-")
-                    || file.ends_with(".busy")
-                    || *file == *name.to_string_lossy()
-                {
+                if !file.starts_with("data-") || *file == *name.to_string_lossy() {
+                    continue;
+                }
+                if file.ends_with(".busy") {
+                    // The mark of a save that crashed before its folder existed.
+                    let orphan = !entry.path().with_extension("").exists();
+                    let idle = File::open(entry.path())
+                        .is_ok_and(|f| Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok());
+                    if orphan && idle {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
                     continue;
                 }
                 let busy = busy_file(&entry.path());

@@ -55,7 +55,7 @@ impl Default for DriverOptions {
 /// #   fn kind(&self) -> &str { "nothing" }
 /// #   async fn start(&self, _: &executor_core::RunSpec, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::RunHandle, executor_core::ExecutorError> { Ok(executor_core::RunHandle::in_container("x")) }
 /// #   async fn command(&self, _: &executor_core::RunHandle, _: &executor_core::StepCommand, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::CommandOutcome, executor_core::ExecutorError> { Ok(executor_core::CommandOutcome::exited(0)) }
-/// #   async fn outputs(&self, _: &executor_core::RunHandle, _: &std::path::Path) -> Result<(), executor_core::ExecutorError> { Ok(()) }
+/// #   async fn outputs(&self, _: &executor_core::RunHandle, _: &std::path::Path) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { Ok(Default::default()) }
 /// #   async fn copy_in(&self, _: &executor_core::RunHandle, _: &std::path::Path, _: &str) -> Result<(), executor_core::ExecutorError> { Ok(()) }
 /// #   async fn copy_out(&self, _: &executor_core::RunHandle, _: &str, _: &std::path::Path, _: executor_core::tar::UnpackLimits) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { Ok(Default::default()) }
 /// #   async fn stop(&self, _: &executor_core::RunHandle) -> Result<(), executor_core::ExecutorError> { Ok(()) }
@@ -108,6 +108,7 @@ pub async fn run_with(
         finished_at: started_at,
         steps: Vec::new(),
         outputs: Vec::new(),
+        refused: Vec::new(),
         caches: Vec::new(),
         phases: Default::default(),
     };
@@ -219,10 +220,25 @@ pub async fn run_with(
     .await;
     result.phases.outputs_ms = millis(outputs_began);
     match collected {
-        Ok(Ok(())) => log.line(&format!(
-            "outputs collected ({})",
-            seconds(result.phases.outputs_ms)
-        )),
+        Ok(Ok(summary)) => {
+            log.line(&format!(
+                "outputs collected ({})",
+                seconds(result.phases.outputs_ms)
+            ));
+            for refused in &summary.refused {
+                log.line(&format!(
+                    "warning: output {:?} not brought back: {}",
+                    refused.path, refused.reason
+                ));
+            }
+            let unnamed = summary
+                .refused_count
+                .saturating_sub(summary.refused.len() as u64);
+            if unnamed > 0 {
+                log.line(&format!("warning: {unnamed} more outputs not brought back"));
+            }
+            result.refused = summary.refused;
+        }
         Ok(Err(err)) => {
             log.line(&format!("collecting outputs failed: {err}"));
             note_error(&mut status, &mut error, format!("outputs: {err}"));
@@ -286,7 +302,9 @@ async fn restore_caches(
             results.push(r);
             continue;
         };
-        match store.current(&cache.key) {
+        let own = store.namespace(spec.trust);
+        r.namespace = spec.trust;
+        match own.restorable(&cache.key) {
             Ok(None) => {
                 log.line(&format!(
                     "cache {}: cold (no host copy yet); the run goes on without it",
@@ -294,7 +312,8 @@ async fn restore_caches(
                 ));
                 r.note = Some("cold: no host copy yet".into());
             }
-            Ok(Some((dir, _guard))) => {
+            Ok(Some((dir, _guard, from))) => {
+                r.restored_from = Some(from);
                 let clock = Instant::now();
                 let size = folder_size(&dir);
                 match tokio::time::timeout_at(
@@ -348,6 +367,7 @@ async fn save_caches(
 ) {
     let Some(store) = &options.caches else { return };
     for (cache, r) in spec.caches.iter().zip(results.iter_mut()) {
+        let store = store.namespace(spec.trust);
         let pending = match store.begin_save(&cache.key) {
             Ok(p) => p,
             Err(err) => {
@@ -369,6 +389,16 @@ async fn save_caches(
         // that removal is the store's housekeeping, not bringing data back.
         let ms_out = millis(clock);
         let why = match copied {
+            Ok(Ok(summary)) if !summary.is_whole() => {
+                let first = summary
+                    .refused
+                    .first()
+                    .map_or_else(String::new, |r| format!(": {:?} {}", r.path, r.reason));
+                format!(
+                    "not saved: {} entries refused{first}",
+                    summary.refused_count
+                )
+            }
             Ok(Ok(summary)) => match store.commit(pending) {
                 Ok(()) => {
                     r.saved = true;

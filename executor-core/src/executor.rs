@@ -153,8 +153,11 @@ pub trait Executor: Send + Sync {
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError>;
 
-    /// Streams the environment's `outputs_dir` into the host folder `dest`.
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError>;
+    /// Streams the environment's `outputs_dir` into the host folder `dest`
+    /// through the untrusted unpacker. Entries it refuses are skipped and
+    /// named in the summary; the error is for a stream refused as a whole
+    /// or an environment that could not be read.
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError>;
 
     /// Streams the host folder `src` into `path` inside the environment,
     /// creating it: how caches are restored. `path` is absolute, as

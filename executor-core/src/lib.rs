@@ -29,8 +29,9 @@ mod result;
 pub mod script;
 mod steps_file;
 pub mod tar;
+pub mod text;
 
-pub use cache::{CacheResult, CacheSpec, CacheStore};
+pub use cache::{CacheResult, CacheSpec, CacheStore, Trust};
 pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE, DEFAULT_OUTPUTS_TIMEOUT};
 pub use error::ExecutorError;
 #[cfg(feature = "mock")]

@@ -72,6 +72,9 @@ pub struct RunSpec {
     pub step_timeout: Duration,
     /// Caches restored before the first step and saved after the last.
     pub caches: Vec<crate::CacheSpec>,
+    /// Whether the steps are trusted code; an untrusted run's cache saves
+    /// go to a namespace trusted runs never read (see [`crate::Trust`]).
+    pub trust: crate::Trust,
 }
 
 /// Default run timeout: one hour, as GitLab Runner's default job timeout.
@@ -99,6 +102,7 @@ impl RunSpec {
             run_timeout: DEFAULT_RUN_TIMEOUT,
             step_timeout: DEFAULT_STEP_TIMEOUT,
             caches: Vec::new(),
+            trust: crate::Trust::Trusted,
         }
     }
 
@@ -184,7 +188,32 @@ impl RunSpec {
         if let Some(steps) = &self.steps_dir {
             check_dir(steps, "--steps-dir")?;
         }
-        Ok(())
+        check_outputs(&self.outputs)
+    }
+}
+
+/// The outputs folder must be new or empty: a run's outputs are exactly
+/// what its environment produced, never a file left by an earlier run.
+fn check_outputs(path: &std::path::Path) -> Result<(), ExecutorError> {
+    let shown = path.display();
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ExecutorError::InvalidInput(format!(
+            "--outputs {shown}: {e}"
+        ))),
+        Ok(m) if m.is_dir() => match std::fs::read_dir(path).map(|mut e| e.next().is_none()) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ExecutorError::InvalidInput(format!(
+                "--outputs {shown} is not empty: its files would be taken for this run's outputs; \
+                 empty it or name a new folder"
+            ))),
+            Err(e) => Err(ExecutorError::InvalidInput(format!(
+                "--outputs {shown}: {e}"
+            ))),
+        },
+        Ok(_) => Err(ExecutorError::InvalidInput(format!(
+            "--outputs {shown} is not a folder"
+        ))),
     }
 }
 

@@ -154,6 +154,11 @@ pub struct RunResult {
     pub steps: Vec<StepResult>,
     /// Every file in the outputs folder, sorted by path.
     pub outputs: Vec<OutputFile>,
+    /// Entries of the outputs folder that were not brought back (a fifo, a
+    /// device, a link out of the folder), each with the reason; every
+    /// other output still came back.
+    #[serde(default)]
+    pub refused: Vec<crate::tar::RefusedEntry>,
     /// Every cache of the run, in the order given.
     #[serde(default)]
     pub caches: Vec<crate::CacheResult>,

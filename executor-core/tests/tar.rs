@@ -57,8 +57,18 @@ fn tree(root: &Path) -> Vec<String> {
 async fn assert_refused(entries: &[Vec<u8>], expect: &str) {
     let outer = tempfile::tempdir().unwrap();
     let dest = outer.path().join("dest");
-    let err = unpack(archive(entries), &dest).await.unwrap_err();
-    assert!(err.to_string().contains(expect), "{err}");
+    let summary = unpack_untrusted(&archive(entries)[..], &dest, UnpackLimits::default())
+        .await
+        .unwrap();
+    let refused = summary.refused.last().expect("an entry was refused");
+    assert!(refused.reason.contains(expect), "{refused:?}");
+    assert_eq!(summary.refused_count, summary.refused.len() as u64);
+    // The refused entry itself is not on disk, as a file or a link.
+    assert!(
+        std::fs::symlink_metadata(dest.join(&refused.path)).is_err() || refused.path.ends_with('/'),
+        "{} was created",
+        refused.path
+    );
     for path in tree(outer.path()) {
         assert!(
             path.is_empty() || path.starts_with("dest"),
@@ -232,10 +242,10 @@ async fn pack_of_missing_folder_fails_the_stream() {
 }
 
 #[tokio::test]
-async fn a_refusal_found_while_writing_stops_a_long_stream() {
-    // The writer finds the link while the reader still has far more queued
-    // than the writer's queue holds: the refusal comes back, not a hang,
-    // and nothing after it is written.
+async fn a_refusal_found_while_writing_skips_only_that_entry() {
+    // The writer finds the link while the reader has far more queued than
+    // the writer's queue holds: the refused entry is named, and every
+    // entry after it still arrives.
     let mut entries = vec![
         raw_entry("sub/", b'5', "", b""),
         raw_entry("l", b'2', "sub", b""),
@@ -245,9 +255,193 @@ async fn a_refusal_found_while_writing_stops_a_long_stream() {
     entries.extend((0..64).map(|i| raw_entry(&format!("after{i}"), b'0', "", &big)));
     let outer = tempfile::tempdir().unwrap();
     let dest = outer.path().join("dest");
-    let err = unpack(archive(&entries), &dest).await.unwrap_err();
-    assert!(err.to_string().contains("through symlink"), "{err}");
-    assert_eq!(tree(&dest), ["", "l", "sub"]);
+    let summary = unpack_untrusted(&archive(&entries)[..], &dest, UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(summary.refused.len(), 1);
+    assert_eq!(summary.refused[0].path, "l/x");
+    assert!(summary.refused[0].reason.contains("through symlink"));
+    assert_eq!(summary.files, 64);
+    assert!(!dest.join("sub/x").exists());
+    assert_eq!(std::fs::read(dest.join("after63")).unwrap(), big);
+}
+
+#[tokio::test]
+async fn a_link_chain_through_an_unpacked_link_is_refused() {
+    // Each link is harmless as text; followed on disk, `d/up` is the
+    // destination itself, so `d/up/..` is its parent: a host folder.
+    assert_refused(
+        &[
+            raw_entry("d/", b'5', "", b""),
+            raw_entry("d/up", b'2', "..", b""),
+            raw_entry("passwd", b'2', "d/up/../etc/passwd", b""),
+        ],
+        "outside the destination",
+    )
+    .await;
+    // The same chain built the other way round: the first link passes
+    // through a path that is only later made a link.
+    assert_refused(
+        &[
+            raw_entry("d/", b'5', "", b""),
+            raw_entry("passwd", b'2', "d/up/../x", b""),
+            raw_entry("d/up", b'2', "..", b""),
+        ],
+        "earlier link points through",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn chains_of_links_inside_the_destination_are_kept() {
+    let dest = tempfile::tempdir().unwrap();
+    let entries = [
+        raw_entry("lib.so", b'2', "lib.so.1", b""),
+        raw_entry("lib.so.1", b'2', "lib.so.1.2", b""),
+        raw_entry("lib.so.1.2", b'0', "", b"elf"),
+        raw_entry("d/", b'5', "", b""),
+        raw_entry("d/self", b'2', "../d", b""),
+    ];
+    let summary = unpack_untrusted(&archive(&entries)[..], dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert!(summary.is_whole(), "{:?}", summary.refused);
+    assert_eq!(std::fs::read(dest.path().join("lib.so")).unwrap(), b"elf");
+}
+
+/// A header with a declared size and no contents behind it: what a
+/// hostile stream sends to make a reader allocate.
+fn bomb_header(name: &str, kind: u8, size: u64) -> Vec<u8> {
+    let mut h = raw_entry(name, kind, "", b"");
+    h[124..135].copy_from_slice(format!("{size:011o}").as_bytes());
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h[..512].iter().map(|&b| u32::from(b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    h
+}
+
+#[tokio::test]
+async fn extension_header_bombs_are_refused_before_they_are_read() {
+    for (kind, name) in [
+        (b'L', "GNU long name"),
+        (b'K', "GNU long link"),
+        (b'x', "PAX"),
+    ] {
+        let dest = tempfile::tempdir().unwrap();
+        let bytes = archive(&[bomb_header("././@LongLink", kind, 600 << 20)]);
+        let err = unpack_untrusted(&bytes[..], dest.path(), UnpackLimits::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, UnpackError::ExtensionTooLarge { size, .. } if size == 600 << 20),
+            "{err}"
+        );
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn sparse_and_unknown_headers_are_refused() {
+    for (kind, expect) in [(b'S', "sparse"), (b'Z', "unknown"), (b'X', "unknown")] {
+        let dest = tempfile::tempdir().unwrap();
+        let bytes = archive(&[bomb_header("f", kind, 1 << 32)]);
+        let err = unpack_untrusted(&bytes[..], dest.path(), UnpackLimits::default())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(expect), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn long_names_within_the_cap_are_applied() {
+    let long = format!("{}/{}/file", "d".repeat(150), "e".repeat(150));
+    let mut name = long.clone().into_bytes();
+    name.push(0);
+    let entries = [
+        raw_entry("././@LongLink", b'L', "", &name),
+        raw_entry("short", b'0', "", b"data"),
+    ];
+    let dest = tempfile::tempdir().unwrap();
+    unpack_untrusted(&archive(&entries)[..], dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(dest.path().join(long)).unwrap(), b"data");
+}
+
+#[tokio::test]
+async fn bytes_after_the_end_of_archive_count_and_are_read() {
+    let mut bytes = archive(&[raw_entry("f", b'0', "", b"x")]);
+    bytes.extend(std::iter::repeat_n(0u8, 8192));
+    let dest = tempfile::tempdir().unwrap();
+    let limits = UnpackLimits {
+        max_bytes: 4096,
+        ..UnpackLimits::default()
+    };
+    let err = unpack_untrusted(&bytes[..], dest.path(), limits)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, UnpackError::TooLarge { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn folders_a_path_implies_count_against_the_entry_cap() {
+    let dest = tempfile::tempdir().unwrap();
+    let bytes = archive(&[raw_entry("a/b/c/d/e/f/g/h", b'0', "", b"x")]);
+    let limits = UnpackLimits {
+        max_entries: 4,
+        ..UnpackLimits::default()
+    };
+    let err = unpack_untrusted(&bytes[..], dest.path(), limits)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, UnpackError::TooManyEntries { limit: 4 }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_pack_is_never_taken_for_a_whole_archive() {
+    // A socket cannot be packed; the packer fails after the files before
+    // it. The stream must end in that error, not in a clean end-of-archive
+    // that makes the consumer think the checkout was whole.
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a-first"), "before").unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(src.path().join("b.sock")).unwrap();
+    std::fs::write(src.path().join("c-after"), "after").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let err = unpack_untrusted(pack_dir(src.path()), dest.path(), UnpackLimits::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("b.sock"), "{err}");
+    assert!(err.to_string().contains("socket"), "{err}");
+    // A plain reader of the stream sees no end-of-archive marker either.
+    let mut bytes = Vec::new();
+    let read = pack_dir(src.path()).read_to_end(&mut bytes).await;
+    assert!(read.is_err());
+    assert!(
+        !bytes.ends_with(&[0u8; 1024]),
+        "the failed stream was terminated"
+    );
+}
+
+#[tokio::test]
+async fn devices_and_fifos_are_skipped_and_the_rest_arrives() {
+    let entries = [
+        raw_entry("fifo", b'6', "", b""),
+        raw_entry("dev", b'3', "", b""),
+        raw_entry("report.txt", b'0', "", b"ok"),
+    ];
+    let dest = tempfile::tempdir().unwrap();
+    let summary = unpack_untrusted(&archive(&entries)[..], dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(summary.refused_count, 2);
+    assert_eq!(summary.refused[0].path, "fifo");
+    assert_eq!(
+        std::fs::read(dest.path().join("report.txt")).unwrap(),
+        b"ok"
+    );
 }
 
 #[tokio::test]

@@ -238,11 +238,27 @@ impl Engine for BollardEngine {
             path: path.to_string(),
             ..Default::default()
         };
-        let body = bollard::body_try_stream(ReaderStream::with_capacity(tar, 64 * 1024));
-        self.docker
-            .upload_to_container(id, Some(options), body)
-            .await
-            .map_err(fail(format!("copying into {path} of container {id}")))
+        // The packer's own error (a file that cannot be packed) ends the
+        // body; the HTTP client reports only that the request broke, so the
+        // cause is kept here and told instead.
+        let packing_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let slot = packing_error.clone();
+        let stream = ReaderStream::with_capacity(tar, 64 * 1024).inspect_err(move |e| {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        });
+        let sent = self
+            .docker
+            .upload_to_container(id, Some(options), bollard::body_try_stream(stream))
+            .await;
+        let what = format!("copying into {path} of container {id}");
+        if let Some(err) = packing_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(ExecutorError::backend(what, err));
+        }
+        sent.map_err(fail(what))
     }
 
     fn download(&self, id: &str, path: &str) -> OutputStream {

@@ -436,10 +436,9 @@ impl Executor for DockerExecutor {
         }
     }
 
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
         self.copy_out(run, &run.outputs_dir, dest, self.options.unpack_limits)
-            .await?;
-        Ok(())
+            .await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {

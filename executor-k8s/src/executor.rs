@@ -105,7 +105,9 @@ impl K8sExecutor {
         stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
         what: &str,
     ) -> Result<(), ExecutorError> {
-        let mut stderr = Vec::new();
+        // Only the start of a tool's complaint is shown; a hostile `tar` in
+        // the pod may print without end.
+        let mut stderr = executor_core::text::HeadBuffer::new(4096);
         let ended = drive(
             conn,
             stdin,
@@ -115,9 +117,7 @@ impl K8sExecutor {
             self.options.keepalive,
         )
         .await?;
-        let said = String::from_utf8_lossy(&stderr[..stderr.len().min(4096)])
-            .trim()
-            .to_string();
+        let said = stderr.text();
         match ended {
             Ended::Exited(0) => Ok(()),
             Ended::Exited(code) => {
@@ -438,10 +438,9 @@ impl Executor for K8sExecutor {
         }
     }
 
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
         self.copy_out(run, &run.outputs_dir, dest, self.options.unpack_limits)
-            .await?;
-        Ok(())
+            .await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {

@@ -449,3 +449,55 @@ async fn a_real_run_makes_the_calls_its_dry_run_printed() {
     assert_eq!(actual, expected_dedup, "\ndry-run printed:\n{text}");
     assert_nothing_left(&backend, &fx.runner).await;
 }
+
+/// A header that declares `size` bytes of GNU long name and brings none:
+/// what a step's own `tar` sends to make the runner allocate.
+fn long_name_bomb(size: u64) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..13].copy_from_slice(b"././@LongLink");
+    h[100..107].copy_from_slice(b"0000644");
+    h[124..135].copy_from_slice(format!("{size:011o}").as_bytes());
+    h[136..147].copy_from_slice(b"00000000000");
+    h[156] = b'L';
+    h[257..263].copy_from_slice(b"ustar ");
+    h[263..265].copy_from_slice(b" \0");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    h.to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_replaces_tar_cannot_bomb_or_flood_the_runner() {
+    // On Kubernetes the `tar` that packs /outputs is the step's to replace.
+    for (name, fake, expect) in [
+        (
+            "bomb",
+            "cat /work/bomb.tar; head -c 1048576 /dev/zero",
+            "GNU long name header declares 629145600 bytes",
+        ),
+        (
+            "flood",
+            "head -c 10000000 /dev/zero | tr '\\0' x >&2; printf '\\033[2J' >&2; exit 1",
+            "more bytes)",
+        ),
+    ] {
+        let backend = k8s().await;
+        let fx = Fixture::new(name);
+        std::fs::write(fx.checkout().join("bomb.tar"), long_name_bomb(600 << 20)).unwrap();
+        let replace =
+            "rm -f /bin/tar && printf '#!/bin/sh\\n%s\\n' \"$FAKE\" > /bin/tar && chmod +x /bin/tar";
+        let spec = fx
+            .spec(&backend, name)
+            .step(Step::new("replace-tar", replace).env("FAKE", fake));
+        let (result, log) = run_to_end(&backend, &spec).await;
+        assert_eq!(result.status, RunStatus::Error, "{}", log.text());
+        let error = error_of(&result);
+        assert!(error.contains(expect), "{name}: {error}");
+        // The flood is cut to its first few KiB and has no escape codes.
+        assert!(error.len() < 6000, "{name}: {} bytes of error", error.len());
+        assert!(!error.contains('\u{1b}'), "{name}: {error}");
+        assert!(!log.text().contains('\u{1b}'), "{name}");
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+}

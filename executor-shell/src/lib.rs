@@ -96,10 +96,29 @@ impl ShellExecutor {
         into: &Path,
         what: &'static str,
     ) -> Result<(), ExecutorError> {
-        unpack_untrusted(pack_dir(from), into, UnpackLimits::default())
+        let summary = unpack_untrusted(pack_dir(from), into, UnpackLimits::default())
             .await
             .map_err(|e| ExecutorError::backend(what, e))?;
-        Ok(())
+        whole(summary, what)
+    }
+}
+
+/// A copy into the run is whole or an error: an entry refused on the way
+/// in would be a silent hole in the checkout or a cache.
+fn whole(summary: UnpackSummary, what: &'static str) -> Result<(), ExecutorError> {
+    match summary.refused.first() {
+        None if summary.is_whole() => Ok(()),
+        first => Err(ExecutorError::backend(
+            what,
+            format!(
+                "{} entries refused{}",
+                summary.refused_count,
+                first.map_or_else(String::new, |r| format!(
+                    ", first {:?}: {}",
+                    r.path, r.reason
+                ))
+            ),
+        )),
     }
 }
 
@@ -198,18 +217,19 @@ impl Executor for ShellExecutor {
         Ok(finished.outcome)
     }
 
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
         if let Some(plan) = &self.plan {
             plan.outputs(run, dest);
-            return Ok(());
+            return Ok(UnpackSummary::default());
         }
-        unpack_untrusted(
+        std::fs::create_dir_all(dest)
+            .map_err(|e| ExecutorError::io("creating the outputs folder", dest, e))?;
+        Ok(unpack_untrusted(
             pack_dir(Path::new(&run.outputs_dir)),
             dest,
             UnpackLimits::default(),
         )
-        .await?;
-        Ok(())
+        .await?)
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -218,8 +238,8 @@ impl Executor for ShellExecutor {
             plan.copy(&src.display().to_string(), path);
             return Ok(());
         }
-        unpack_untrusted(pack_dir(src), &target, UnpackLimits::default()).await?;
-        Ok(())
+        let summary = unpack_untrusted(pack_dir(src), &target, UnpackLimits::default()).await?;
+        whole(summary, "restoring a cache")
     }
 
     async fn copy_out(

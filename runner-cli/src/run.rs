@@ -32,7 +32,7 @@ pub async fn run(args: RunArgs) -> i32 {
         shell_root: args.shell_root.clone(),
         docker: &args.docker,
         k8s: &args.k8s,
-        untrusted: args.trigger == crate::args::Trigger::Pull,
+        untrusted: args.trigger.is_untrusted(),
         dry_run: args.dry_run,
     };
     let executor = match backends::build(args.executor, &options).await {
@@ -124,6 +124,9 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     spec.steps = steps;
     spec.env = args.env.clone();
     spec.caches = args.caches.clone();
+    if args.trigger.is_untrusted() {
+        spec.trust = executor_core::Trust::Untrusted;
+    }
     if args.executor == ExecutorKind::Shell {
         if let Some(c) = spec.caches.iter().find(|c| c.path.starts_with('/')) {
             bail!(
@@ -142,6 +145,7 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
         );
     }
     spec.validate()?;
+    spec.check_folders()?;
     Ok(spec)
 }
 
@@ -168,6 +172,7 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &st
         finished_at: OffsetDateTime::now_utc(),
         steps,
         outputs: Vec::new(),
+        refused: Vec::new(),
         caches: Vec::new(),
         phases: Default::default(),
     };

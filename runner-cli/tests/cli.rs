@@ -166,10 +166,12 @@ fn a_timeout_exits_124() {
 #[test]
 fn an_infrastructure_error_exits_3() {
     let case = Case::new();
-    // The outputs folder cannot be created: a file is in the way.
-    std::fs::write(case.path("outputs"), "in the way").unwrap();
+    // The environment's outputs folder cannot be read: a step replaced it.
     let out = case
-        .run("write\techo x > \"$OUTPUTS_DIR/x\"\n", &[])
+        .run(
+            "break\trm -rf \"$OUTPUTS_DIR\" && echo x > \"$OUTPUTS_DIR\"\n",
+            &[],
+        )
         .output()
         .unwrap();
     assert_eq!(code(&out), 3, "{}", stderr(&out));
@@ -261,6 +263,34 @@ fn input_errors_exit_2_with_a_clear_message_and_a_result() {
 }
 
 #[test]
+fn an_outputs_folder_that_is_not_new_is_exit_2_before_any_step() {
+    // Files an earlier run left would be listed as this run's outputs.
+    let case = Case::new();
+    std::fs::create_dir(case.path("outputs")).unwrap();
+    std::fs::write(case.path("outputs/stale.txt"), "old").unwrap();
+    let out = case
+        .run("mark\ttouch \"$WORK_DIR/../ran\"\n", &[])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--outputs"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not empty"), "{}", stderr(&out));
+    assert_eq!(
+        case.result().steps[0].status,
+        executor_core::StepStatus::Skipped
+    );
+    assert!(!case.path("roots").exists(), "a run folder was made");
+
+    // A file where the folder should be: exit 2 at once too.
+    let case = Case::new();
+    std::fs::write(case.path("outputs"), "in the way").unwrap();
+    let out = case.run("a\ttrue\n", &[]).output().unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not a folder"), "{}", stderr(&out));
+    assert!(!case.path("roots").exists(), "a run folder was made");
+}
+
+#[test]
 fn usage_errors_exit_2_without_a_result() {
     let case = Case::new();
     let out = case
@@ -280,7 +310,18 @@ fn usage_errors_exit_2_without_a_result() {
 fn dry_run_prints_the_plan_and_touches_nothing() {
     let case = Case::new();
     let out = case
-        .run("build\tmake\n", &["--dry-run", "--env", "SECRET=hunter2"])
+        .run(
+            "build\tmake\n",
+            &[
+                "--dry-run",
+                "--env",
+                "SECRET=hunter2",
+                "--cache",
+                "deps=deps",
+                "--cache-dir",
+                &case.path("caches").display().to_string(),
+            ],
+        )
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -288,7 +329,7 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
     assert!(stdout.contains("environment: run folder"), "{stdout}");
     assert!(stdout.contains("sh -ec \"make\""), "{stdout}");
     assert!(!stdout.contains("hunter2"));
-    for never in ["roots", "outputs", "result.json", "run.log"] {
+    for never in ["roots", "outputs", "result.json", "run.log", "caches"] {
         assert!(!case.path(never).exists(), "dry-run created {never}");
     }
 }

@@ -170,3 +170,31 @@ fn a_runner_killed_mid_run_leaves_a_container_the_next_cleanup_removes() {
     assert!(cleanup(true).contains("1 removed"));
     assert!(cleanup(true).contains("0 removed"));
 }
+
+#[test]
+fn dry_run_prints_every_call_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli()
+        .env("DOCKER_HOST", "unix:///no/such/docker.sock")
+        .args(["run", "--executor", "docker", "--image", &image()])
+        .args(["--name", "dry", "--runner", "did:plc:dry", "--dry-run"])
+        .args(["--env", "TOKEN=hunter2", "--cache", "deps=/deps"])
+        .arg("--cache-dir")
+        .arg(dir.path().join("caches"))
+        .arg("--outputs")
+        .arg(dir.path().join("outputs"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+    for never in ["caches", "outputs", "result.json"] {
+        assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
+    }
+}

@@ -216,7 +216,13 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
             "pull",
             "--memory-limit",
             "1Gi",
+            "--cache",
+            "deps=/deps",
         ])
+        .arg("--cache-dir")
+        .arg(dir.path().join("caches"))
+        .arg("--outputs")
+        .arg(dir.path().join("outputs"))
         .arg("--workdir")
         .arg(examples())
         .arg("--steps-file")
@@ -244,6 +250,9 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }
     assert!(!stdout.contains("hunter2"));
+    for never in ["caches", "outputs"] {
+        assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
+    }
 }
 
 fn script(name: &str) -> PathBuf {

@@ -9,4 +9,6 @@ mod pack;
 mod unpack;
 
 pub use pack::{pack_dir, pack_folders, PackStream, PackedFolder};
-pub use unpack::{unpack_untrusted, UnpackError, UnpackLimits, UnpackSummary};
+pub use unpack::{
+    unpack_untrusted, RefusedEntry, UnpackError, UnpackLimits, UnpackSummary, MAX_EXTENSION_BYTES,
+};

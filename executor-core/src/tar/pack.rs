@@ -44,8 +44,10 @@ impl Drop for PackStream {
 ///
 /// Regular files keep their modes, symlinks are stored as symlinks (never
 /// followed), empty folders are kept, and any file name is allowed (long
-/// and non-ASCII names use GNU long-name entries). Must be called inside a
-/// Tokio runtime.
+/// and non-ASCII names use GNU long-name entries). A fifo is packed as a
+/// fifo entry; a socket or device fails the stream with its path named. A stream
+/// that fails ends without the end-of-archive marker and its last read is
+/// the error. Must be called inside a Tokio runtime.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -122,7 +124,10 @@ enum Layout {
 fn spawn_packer(layout: Layout) -> PackStream {
     let (writer, pipe) = tokio::io::duplex(PIPE_BYTES);
     let packer = tokio::spawn(async move {
-        let mut builder = Builder::new(writer);
+        // Never terminated on drop: a packer that fails must leave a stream
+        // that ends without the end-of-archive marker, so no reader takes
+        // what came before the failure for the whole archive.
+        let mut builder = Builder::new_non_terminated(writer);
         builder.follow_symlinks(false);
         builder.mode(HeaderMode::Complete);
         match layout {
@@ -200,6 +205,18 @@ async fn append_tree(
                 append_file(builder, &child_abs, &archived)
                     .await
                     .map_err(|e| with_path(e, &child_abs))?;
+            } else if std::os::unix::fs::FileTypeExt::is_fifo(&entry.kind) {
+                append_fifo(builder, &child_abs, &archived)
+                    .await
+                    .map_err(|e| with_path(e, &child_abs))?;
+            } else if let Some(kind) = special_kind(entry.kind) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "{}: a {kind} cannot be packed; remove it from the folder",
+                        child_abs.display()
+                    ),
+                ));
             } else {
                 builder
                     .append_path_with_name(&child_abs, &archived)
@@ -213,6 +230,37 @@ async fn append_tree(
         pending.extend(subdirs.into_iter().rev());
     }
     Ok(())
+}
+
+/// The name of a file kind that is not packed: a socket has no tar entry,
+/// and a device node from a checkout is never meant to be recreated in an
+/// environment. Refused by name, never silently dropped.
+fn special_kind(kind: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_socket() {
+        Some("socket")
+    } else if kind.is_block_device() || kind.is_char_device() {
+        Some("device")
+    } else {
+        None
+    }
+}
+
+/// Appends a fifo as its own entry, as GNU tar does (the untrusted
+/// unpacker refuses it, one entry, on the way back).
+async fn append_fifo(
+    builder: &mut Builder<DuplexStream>,
+    abs: &Path,
+    archived: &Path,
+) -> io::Result<()> {
+    let meta = tokio::fs::symlink_metadata(abs).await?;
+    let mut header = Header::new_gnu();
+    header.set_metadata_in_mode(&meta, HeaderMode::Complete);
+    header.set_entry_type(tokio_tar::EntryType::Fifo);
+    header.set_size(0);
+    builder
+        .append_data(&mut header, archived, tokio::io::empty())
+        .await
 }
 
 /// Appends `batch`, small files of `dir`, read in one blocking trip, with

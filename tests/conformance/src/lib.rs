@@ -47,6 +47,7 @@ pub use cases::files::*;
 pub use cases::lifecycle::*;
 pub use cases::logs::*;
 pub use cases::steps::*;
+pub use cases::untrusted::*;
 
 /// mockall fakes of the executor trait.
 pub mod fakes {
@@ -86,7 +87,8 @@ macro_rules! conformance_tests {
             cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
             cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,
             hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix,
-            crashed_save_leaves_the_old_copy);
+            crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
+            unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs);
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $(

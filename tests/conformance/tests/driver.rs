@@ -53,7 +53,7 @@ impl Executor for Fake {
         }
         self.mock.command(run, step, log, interrupt).await
     }
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<(), ExecutorError> {
+    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
         if self.hang_in_outputs {
             std::future::pending::<()>().await;
         }
@@ -102,7 +102,9 @@ fn started_mock() -> MockExecutor {
     mock.expect_start()
         .times(1)
         .returning(|_, _, _| Ok(handle()));
-    mock.expect_outputs().times(1).returning(|_, _| Ok(()));
+    mock.expect_outputs()
+        .times(1)
+        .returning(|_, _| Ok(UnpackSummary::default()));
     mock.expect_stop()
         .with(always())
         .times(1)
@@ -298,7 +300,7 @@ impl Executor for IgnoresInterrupt {
     ) -> Result<CommandOutcome, ExecutorError> {
         std::future::pending().await
     }
-    async fn outputs(&self, r: &RunHandle, d: &Path) -> Result<(), ExecutorError> {
+    async fn outputs(&self, r: &RunHandle, d: &Path) -> Result<UnpackSummary, ExecutorError> {
         self.0.outputs(r, d).await
     }
     async fn copy_in(&self, r: &RunHandle, s: &Path, p: &str) -> Result<(), ExecutorError> {
@@ -511,7 +513,9 @@ async fn failing_stop_is_reported_and_keeps_a_failure_a_failure() {
     mock.expect_command()
         .times(1)
         .returning(|_, _, _, _| Ok(CommandOutcome::exited(2)));
-    mock.expect_outputs().times(1).returning(|_, _| Ok(()));
+    mock.expect_outputs()
+        .times(1)
+        .returning(|_, _| Ok(UnpackSummary::default()));
     mock.expect_stop()
         .times(1)
         .returning(|_| Err(ExecutorError::backend("remove container", "engine gone")));
@@ -539,7 +543,9 @@ async fn failing_stop_after_success_is_an_error() {
     mock.expect_command()
         .times(1)
         .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
-    mock.expect_outputs().times(1).returning(|_, _| Ok(()));
+    mock.expect_outputs()
+        .times(1)
+        .returning(|_, _| Ok(UnpackSummary::default()));
     mock.expect_stop()
         .times(1)
         .returning(|_| Err(ExecutorError::backend("remove container", "engine gone")));
@@ -582,7 +588,9 @@ async fn cancelled_before_start_finishes_still_stops_what_started() {
         Ok(handle())
     });
     mock.expect_command().times(0);
-    mock.expect_outputs().times(1).returning(|_, _| Ok(()));
+    mock.expect_outputs()
+        .times(1)
+        .returning(|_, _| Ok(UnpackSummary::default()));
     mock.expect_stop().times(1).returning(|_| Ok(()));
     let result = drive(mock, false, &spec(out.path(), &["a"]), cancel).await;
     // No step starts once the run is cancelled, but outputs and stop still run.

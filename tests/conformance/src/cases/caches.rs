@@ -185,11 +185,7 @@ pub async fn hostile_cache_is_refused(backend: &dyn Backend) {
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     let c = &result.caches[0];
     assert!(
-        !c.saved
-            && c.note
-                .as_deref()
-                .unwrap_or("")
-                .contains("symlink to absolute path"),
+        !c.saved && c.note.as_deref().unwrap_or("").contains("entries refused"),
         "{c:?}"
     );
     assert_eq!(stored(&store, "built").as_deref(), Some("v1\n"));

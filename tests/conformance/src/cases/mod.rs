@@ -3,3 +3,4 @@ pub mod files;
 pub mod lifecycle;
 pub mod logs;
 pub mod steps;
+pub mod untrusted;

@@ -1,0 +1,108 @@
+//! Text from untrusted places (a tool's stderr, an archive's entry names)
+//! made safe to put in a log line or an error: one line, no terminal
+//! control sequences, bounded length.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
+
+/// `text` on one line: control characters (newlines, escape sequences,
+/// carriage returns) are shown escaped, so they can neither forge a log
+/// line nor move a terminal's cursor, and at most `max_chars` characters
+/// are kept.
+///
+/// ```
+/// use executor_core::text::one_line;
+/// assert_eq!(one_line("a\nb\x1b[2J", 100), "a\\nb\\u{1b}[2J");
+/// assert_eq!(one_line("abcdef", 3), "abc…");
+/// ```
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_chars));
+    for (i, c) in text.chars().enumerate() {
+        if i == max_chars {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A writer that keeps the first `cap` bytes written to it and counts the
+/// rest, for the stderr of a runner's own commands: only the start is
+/// ever shown, and a hostile tool may print without end.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use tokio::io::AsyncWriteExt;
+/// let mut head = executor_core::text::HeadBuffer::new(4);
+/// head.write_all(b"tar: \x1b[31mbad\n").await?;
+/// assert_eq!(head.dropped(), 10);
+/// assert_eq!(head.text(), "tar: (10 more bytes)");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct HeadBuffer {
+    kept: Vec<u8>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl HeadBuffer {
+    /// Keeps at most `cap` bytes.
+    pub fn new(cap: usize) -> Self {
+        HeadBuffer {
+            kept: Vec::new(),
+            cap,
+            dropped: 0,
+        }
+    }
+
+    /// Bytes written past the cap and dropped.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// What was kept, trimmed and on one line, with a note of what was
+    /// dropped: safe for a log line or an error message.
+    pub fn text(&self) -> String {
+        let kept = String::from_utf8_lossy(&self.kept);
+        let mut text = one_line(kept.trim(), self.cap);
+        if self.dropped > 0 {
+            text.push_str(&format!(" ({} more bytes)", self.dropped));
+        }
+        text
+    }
+
+    fn keep(&mut self, buf: &[u8]) {
+        let room = self.cap.saturating_sub(self.kept.len());
+        let take = room.min(buf.len());
+        self.kept.extend_from_slice(&buf[..take]);
+        self.dropped = self.dropped.saturating_add((buf.len() - take) as u64);
+    }
+}
+
+impl AsyncWrite for HeadBuffer {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.keep(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
