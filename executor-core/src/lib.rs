@@ -38,7 +38,9 @@ pub use error::ExecutorError;
 pub use executor::MockExecutor;
 pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand};
 pub use log::{MemoryLog, RunLog};
-pub use model::{validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT};
+pub use model::{
+    validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
+};
 pub use result::{
     manifest, media_type, OutputFile, Phases, RunResult, RunStatus, StepResult, StepStatus,
     RESULT_SCHEMA,

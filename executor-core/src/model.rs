@@ -81,6 +81,9 @@ pub struct RunSpec {
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Default step timeout: the run timeout.
 pub const DEFAULT_STEP_TIMEOUT: Duration = DEFAULT_RUN_TIMEOUT;
+/// The longest run or step timeout accepted: 30 days. Longer ones are
+/// refused rather than overflowing a clock or an expiry label.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl RunSpec {
     /// A run with no steps, no image and default timeouts.
@@ -143,6 +146,12 @@ impl RunSpec {
         if self.name.trim().is_empty() {
             return bad("run name is empty: pass --name".into());
         }
+        if self.name.chars().any(char::is_control) {
+            return bad(format!(
+                "run name {:?} has a control character; names are one plain line",
+                self.name
+            ));
+        }
         if self.runner.trim().is_empty() {
             return bad("runner id is empty: pass --runner, a DID such as did:plc:runner".into());
         }
@@ -155,10 +164,27 @@ impl RunSpec {
         if self.run_timeout.is_zero() || self.step_timeout.is_zero() {
             return bad("timeouts must be greater than zero".into());
         }
+        if self.run_timeout > MAX_TIMEOUT || self.step_timeout > MAX_TIMEOUT {
+            return bad(format!(
+                "timeouts are at most {} days (run_timeout {:?}, step_timeout {:?})",
+                MAX_TIMEOUT.as_secs() / 86400,
+                self.run_timeout,
+                self.step_timeout
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for step in &self.steps {
             if step.name.trim().is_empty() {
                 return bad("a step has an empty name".into());
+            }
+            if step.name.chars().any(char::is_control) {
+                return bad(format!(
+                    "step name {:?} has a control character; names are one plain line",
+                    step.name
+                ));
+            }
+            if step.script.contains('\0') {
+                return bad(format!("the script of step {:?} has a NUL byte", step.name));
             }
             if !seen.insert(step.name.as_str()) {
                 return bad(format!("step name {:?} is used twice", step.name));

@@ -62,6 +62,10 @@ pub fn parse_steps(path: &Path, text: &str) -> Result<Vec<Step>, StepsFileError>
             fault,
         };
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        if raw.contains('\0') {
+            // A NUL cannot reach `sh -c` intact on any backend.
+            return Err(fault("a NUL byte is in the line".into()));
+        }
         if raw.trim().is_empty() || raw.trim_start().starts_with('#') {
             continue;
         }
@@ -71,6 +75,11 @@ pub fn parse_steps(path: &Path, text: &str) -> Result<Vec<Step>, StepsFileError>
         let name = name.trim();
         if name.is_empty() {
             return Err(fault("the step name is empty".into()));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(fault(format!(
+                "the step name {name:?} has a control character; names are one plain line"
+            )));
         }
         if !names.insert(name.to_string()) {
             return Err(fault(format!(

@@ -269,35 +269,56 @@ pub struct CleanupArgs {
     pub k8s: K8sArgs,
 }
 
-/// `90`, `90s`, `15m`, `2h`, `1h30m`.
+/// `90`, `90s`, `15m`, `2h`, `1h30m`; at most [`executor_core::MAX_TIMEOUT`] (30 days).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || {
         format!("{text:?} is not a duration: use seconds (90) or units like 90s, 15m, 2h, 1h30m")
     };
-    if let Ok(secs) = text.parse::<u64>() {
-        return (secs > 0)
-            .then(|| Duration::from_secs(secs))
-            .ok_or_else(bad);
-    }
-    let mut total = 0u64;
-    let mut number = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
+    let too_long = || {
+        format!(
+            "{text:?} is longer than the most allowed, {} days",
+            executor_core::MAX_TIMEOUT.as_secs() / 86400
+        )
+    };
+    let max = executor_core::MAX_TIMEOUT.as_secs();
+    let total = if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() {
+        text.parse::<u64>().map_err(|_| too_long())?
+    } else {
+        let mut total = 0u64;
+        let mut number = String::new();
+        for c in text.chars() {
+            if c.is_ascii_digit() {
+                number.push(c);
+                continue;
+            }
+            let n: u64 = match number.parse() {
+                Ok(n) => n,
+                Err(_) if !number.is_empty() => return Err(too_long()),
+                Err(_) => return Err(bad()),
+            };
+            number.clear();
+            let unit = match c {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86400,
+                _ => return Err(bad()),
+            };
+            total = n
+                .checked_mul(unit)
+                .and_then(|secs| total.checked_add(secs))
+                .ok_or_else(too_long)?;
         }
-        let n: u64 = number.parse().map_err(|_| bad())?;
-        number.clear();
-        total += n * match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => return Err(bad()),
-        };
-    }
-    if !number.is_empty() || total == 0 {
+        if !number.is_empty() {
+            return Err(bad());
+        }
+        total
+    };
+    if total == 0 {
         return Err(bad());
+    }
+    if total > max {
+        return Err(too_long());
     }
     Ok(Duration::from_secs(total))
 }
@@ -325,6 +346,16 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("m").is_err());
+        for huge in [
+            "99999999999999999999",
+            "99999999999999999999s",
+            "999999999999d",
+            "31d",
+        ] {
+            let err = parse_duration(huge).unwrap_err();
+            assert!(err.contains("30 days"), "{huge}: {err}");
+        }
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86400)));
         assert_eq!(parse_bytes("512m"), Ok(512 << 20));
         assert_eq!(parse_bytes("2G"), Ok(2 << 30));
         assert_eq!(parse_bytes("100"), Ok(100));

@@ -1,9 +1,5 @@
 //! `runner-cli`: run a CI run on the shell, Docker or Kubernetes executor.
 
-mod args;
-mod backends;
-mod run;
-
 use clap::Parser;
 
 use crate::args::{Cli, Command};
@@ -12,11 +8,36 @@ use crate::args::{Cli, Command};
 const EXIT_INPUT: i32 = 2;
 /// Exit code of an infrastructure error.
 const EXIT_INFRA: i32 = 3;
+/// Exit code of a cancelled run.
+const EXIT_CANCELLED: i32 = 130;
+
+/// `eprintln!` that never panics: a closed stderr (`... 2>&- `, a reader
+/// that went away) is no reason to abandon a run and leak its environment.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+/// `println!` that never panics, for the same reason.
+macro_rules! print_out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+mod args;
+mod backends;
+mod run;
 
 fn main() {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Its own complaint about a failed write goes to stderr through
+        // `eprintln!`, which panics when stderr is the thing that failed.
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUNNER_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -32,7 +53,7 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(err) => {
-            eprintln!("runner-cli: cannot start the async runtime: {err}");
+            say!("runner-cli: cannot start the async runtime: {err}");
             std::process::exit(EXIT_INFRA);
         }
     };

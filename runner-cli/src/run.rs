@@ -13,15 +13,24 @@ use tokio_util::sync::CancellationToken;
 use crate::args::DockerArgs;
 use crate::args::{CleanupArgs, ExecutorKind, RunArgs};
 use crate::backends::{self, BackendOptions, BuildError};
-use crate::{EXIT_INFRA, EXIT_INPUT};
+use crate::{EXIT_CANCELLED, EXIT_INFRA, EXIT_INPUT};
 
 /// Runs and returns the process exit code.
 pub async fn run(args: RunArgs) -> i32 {
     let started_at = OffsetDateTime::now_utc();
+    // First, before anything can take time: a signal while connecting or
+    // cleaning up still ends the run as cancelled, with a result.
+    let cancel = CancellationToken::new();
+    match Signals::install() {
+        Ok(signals) => {
+            tokio::spawn(signals.cancel_on_signal(cancel.clone()));
+        }
+        Err(err) => tracing::warn!(%err, "cannot listen for signals"),
+    }
     let spec = match prepare(&args) {
         Ok(spec) => spec,
         Err(err) => {
-            eprintln!("runner-cli: {err:#}");
+            say!("runner-cli: {err:#}");
             if !args.dry_run {
                 write_unstarted_result(&args, started_at, &format!("{err:#}"));
             }
@@ -35,17 +44,21 @@ pub async fn run(args: RunArgs) -> i32 {
         untrusted: args.trigger.is_untrusted(),
         dry_run: args.dry_run,
     };
-    let executor = match backends::build(args.executor, &options).await {
+    let built = tokio::select! {
+        built = backends::build(args.executor, &options) => built,
+        _ = cancel.cancelled() => return cancelled_before_start(&args, started_at, "connecting"),
+    };
+    let executor = match built {
         Ok(executor) => executor,
         Err(BuildError::Input(err)) => {
-            eprintln!("runner-cli: {err:#}");
+            say!("runner-cli: {err:#}");
             if !args.dry_run {
                 write_unstarted_result(&args, started_at, &format!("{err:#}"));
             }
             return EXIT_INPUT;
         }
         Err(BuildError::Infrastructure(err)) => {
-            eprintln!("runner-cli: {err:#}");
+            say!("runner-cli: {err:#}");
             write_unstarted_result(&args, started_at, &format!("{err:#}"));
             return EXIT_INFRA;
         }
@@ -59,7 +72,7 @@ pub async fn run(args: RunArgs) -> i32 {
             Ok(log) => log,
             Err(err) => {
                 let msg = format!("cannot write the run log {}: {err}", args.log);
-                eprintln!("runner-cli: {msg}");
+                say!("runner-cli: {msg}");
                 write_unstarted_result(&args, started_at, &msg);
                 return EXIT_INPUT;
             }
@@ -67,13 +80,16 @@ pub async fn run(args: RunArgs) -> i32 {
     };
 
     if !args.no_cleanup && !args.dry_run {
-        if let Err(err) = executor.cleanup(&spec.runner, CleanupScope::Expired).await {
+        let cleaned = tokio::select! {
+            cleaned = executor.cleanup(&spec.runner, CleanupScope::Expired) => cleaned,
+            _ = cancel.cancelled() => {
+                return cancelled_before_start(&args, started_at, "cleaning up earlier runs")
+            }
+        };
+        if let Err(err) = cleaned {
             tracing::warn!(%err, "cleanup of earlier runs failed; going on");
         }
     }
-
-    let cancel = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(cancel.clone()));
     let cache_dir = args
         .cache_dir
         .clone()
@@ -92,11 +108,11 @@ pub async fn run(args: RunArgs) -> i32 {
         return 0;
     }
     if let Err(err) = result.write_to(&args.result) {
-        eprintln!("runner-cli: {err}");
+        say!("runner-cli: {err}");
         return EXIT_INFRA;
     }
     if let Some(error) = &result.error {
-        eprintln!("runner-cli: run {}: {error}", result.name);
+        say!("runner-cli: run {}: {error}", result.name);
     }
     result.status.exit_code()
 }
@@ -157,8 +173,28 @@ fn check_dir(path: &Path, flag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A signal before the run began: nothing of it exists yet, so the result
+/// says cancelled with every step skipped.
+fn cancelled_before_start(args: &RunArgs, started_at: OffsetDateTime, during: &str) -> i32 {
+    let msg = format!("cancelled while {during}, before the run started");
+    say!("runner-cli: {msg}");
+    if !args.dry_run {
+        write_result_without_run(args, started_at, RunStatus::Cancelled, &msg);
+    }
+    EXIT_CANCELLED
+}
+
 /// The result of a run that never started: bad input, or no engine to start it on.
 fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &str) {
+    write_result_without_run(args, started_at, RunStatus::Error, error);
+}
+
+fn write_result_without_run(
+    args: &RunArgs,
+    started_at: OffsetDateTime,
+    status: RunStatus,
+    error: &str,
+) {
     let steps = read_steps_file(&args.steps_file)
         .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
         .unwrap_or_default();
@@ -166,7 +202,7 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &st
         name: args.name.clone(),
         runner: args.runner.clone(),
         executor: args.executor.name().to_string(),
-        status: RunStatus::Error,
+        status,
         error: Some(error.to_string()),
         started_at,
         finished_at: OffsetDateTime::now_utc(),
@@ -177,28 +213,44 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &st
         phases: Default::default(),
     };
     if let Err(err) = result.write_to(&args.result) {
-        eprintln!("runner-cli: {err}");
+        say!("runner-cli: {err}");
     }
 }
 
-/// Ctrl-C or SIGTERM cancels the run; a second one exits at once.
-async fn cancel_on_signal(cancel: CancellationToken) {
-    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    else {
-        tracing::warn!("cannot listen for SIGTERM");
-        return;
-    };
-    for n in 0.. {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+/// The signals that end the runner: each cancels the run, which still
+/// stops its environment and writes its result; a second one exits at once.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Registers the handlers now (not when a task first runs), so no
+    /// signal from here on takes the default action of killing the runner.
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn cancel_on_signal(mut self, cancel: CancellationToken) {
+        for n in 0.. {
+            let name = tokio::select! {
+                _ = self.interrupt.recv() => "SIGINT",
+                _ = self.terminate.recv() => "SIGTERM",
+                _ = self.hangup.recv() => "SIGHUP",
+            };
+            if n > 0 {
+                say!("runner-cli: second signal ({name}), exiting without cleanup");
+                std::process::exit(EXIT_CANCELLED);
+            }
+            say!("runner-cli: {name}: cancelling the run (signal again to exit at once)");
+            cancel.cancel();
         }
-        if n > 0 {
-            eprintln!("runner-cli: second signal, exiting without cleanup");
-            std::process::exit(130);
-        }
-        eprintln!("runner-cli: cancelling the run (signal again to exit at once)");
-        cancel.cancel();
     }
 }
 
@@ -215,16 +267,16 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
     let executor = match backends::build(args.executor, &options).await {
         Ok(e) => e,
         Err(BuildError::Input(err)) => {
-            eprintln!("runner-cli: {err:#}");
+            say!("runner-cli: {err:#}");
             return EXIT_INPUT;
         }
         Err(BuildError::Infrastructure(err)) => {
-            eprintln!("runner-cli: {err:#}");
+            say!("runner-cli: {err:#}");
             return EXIT_INFRA;
         }
     };
     if !args.runner.starts_with("did:") {
-        eprintln!(
+        say!(
             "runner-cli: --runner {:?} is not a DID (did:METHOD:ID)",
             args.runner
         );
@@ -238,13 +290,13 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
     match executor.cleanup(&args.runner, scope).await {
         Ok(report) => {
             for removed in &report.removed {
-                println!("removed {removed}");
+                print_out!("removed {removed}");
             }
-            println!("{} removed", report.removed.len());
+            print_out!("{} removed", report.removed.len());
             0
         }
         Err(err) => {
-            eprintln!("runner-cli: cleanup: {err}");
+            say!("runner-cli: cleanup: {err}");
             EXIT_INFRA
         }
     }

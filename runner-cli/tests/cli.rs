@@ -179,6 +179,147 @@ fn an_infrastructure_error_exits_3() {
     assert!(result.error.unwrap_or_default().starts_with("outputs:"));
 }
 
+/// Starts a run whose first step waits for a signal; returns once the step
+/// is running, with the run's stdout. The caller signals and waits for it.
+#[allow(clippy::zombie_processes)]
+fn running_step(
+    case: &Case,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut child = case
+        .run(
+            "wait\techo waiting-for-signal; exec sleep 600\nafter\ttrue\n",
+            &["--log", "-"],
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stdout, &mut line).unwrap_or(0);
+        if n == 0 {
+            let status = child.wait();
+            panic!("runner-cli ended before the step ran: {status:?}");
+        }
+        if line.contains("waiting-for-signal") {
+            return (child, stdout);
+        }
+    }
+}
+
+#[test]
+fn sighup_and_sigint_cancel_like_sigterm_and_leave_nothing() {
+    for signal in [
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGINT,
+    ] {
+        let case = Case::new();
+        let (mut child, _stdout) = running_step(&case);
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "{signal}");
+        let result = case.result();
+        assert_eq!(
+            result.status,
+            executor_core::RunStatus::Cancelled,
+            "{signal}"
+        );
+        // The run folder and the step's `sleep` are gone.
+        let left: Vec<_> = walkdir::WalkDir::new(case.path("roots"))
+            .min_depth(2)
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect();
+        assert!(left.is_empty(), "{signal}: {left:?}");
+    }
+}
+
+#[test]
+fn a_signal_while_connecting_is_a_cancelled_result() {
+    // An engine that accepts and never answers: the runner is still
+    // connecting when the signal comes.
+    let case = Case::new();
+    let socket = case.path("silent.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let mut child = case
+        .run(
+            "a\ttrue\n",
+            &["--executor", "docker", "--image", "busybox:local"],
+        )
+        .env("DOCKER_HOST", format!("unix://{}", socket.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The runner is connecting once it has opened the socket: accept it.
+    let (_conn, _) = _listener.accept().unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let result = case.result();
+    assert_eq!(result.status, executor_core::RunStatus::Cancelled);
+    assert!(result.error.unwrap_or_default().contains("connecting"));
+}
+
+#[test]
+fn a_closed_stdout_and_stderr_do_not_stop_the_run() {
+    // `runner-cli run --log - | head -1` with stderr closed too: the run
+    // goes on, writes its result, and leaves nothing.
+    let case = Case::new();
+    let mut child = case
+        .run(
+            "talk\tfor i in $(seq 1 2000); do echo line $i; echo err $i >&2; done\n",
+            &["--log", "-"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(case.result().status, executor_core::RunStatus::Success);
+}
+
+#[test]
+fn control_characters_in_names_and_nul_in_steps_are_exit_2() {
+    let case = Case::new();
+    let out = case
+        .run("a\ttrue\n", &["--name", "forged\n==> step x: success"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("control character"),
+        "{}",
+        stderr(&out)
+    );
+
+    let case = Case::new();
+    let out = case.run("a\ttrue\nb\techo \0x\n", &[]).output().unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("steps.tsv:2: a NUL byte"),
+        "{}",
+        stderr(&out)
+    );
+
+    let case = Case::new();
+    let out = case
+        .run("a\ttrue\n", &["--timeout", "99999999999999999999"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--timeout"), "{}", stderr(&out));
+    assert!(!case.path("roots").exists());
+}
+
 #[test]
 fn sigterm_cancels_and_exits_130() {
     let case = Case::new();
