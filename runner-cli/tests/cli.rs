@@ -323,25 +323,7 @@ fn control_characters_in_names_and_nul_in_steps_are_exit_2() {
 #[test]
 fn sigterm_cancels_and_exits_130() {
     let case = Case::new();
-    let mut child = case
-        .run(
-            "wait\techo waiting-for-signal; exec sleep 600\nafter\ttrue\n",
-            &["--log", "-"],
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait for the step to be running: its line arrives on our pipe.
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-        assert!(n > 0, "runner-cli ended before the step ran");
-        if line.contains("waiting-for-signal") {
-            break;
-        }
-    }
+    let (mut child, _stdout) = running_step(&case);
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
