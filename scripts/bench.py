@@ -57,7 +57,7 @@ class Bench:
         start = time.perf_counter()
         p = subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
         secs = time.perf_counter() - start
-        if p.returncode not in ok_codes:
+        if p.returncode != 0:
             raise RuntimeError(f"{cmd!r} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
         return secs
 
