@@ -112,6 +112,8 @@ pub async fn run_with(
         caches: Vec::new(),
         phases: Default::default(),
     };
+    // Before anything is printed: every line of the run is masked.
+    log.mask(&spec.masker());
     let watch = Watch {
         cancel: &cancel,
         run_deadline,
@@ -577,6 +579,7 @@ async fn finish(
             .collect();
     }
     result.finished_at = OffsetDateTime::now_utc();
+    result.mask(&spec.masker());
     log.line(&format!(
         "run {}: {}",
         result.name,

@@ -24,6 +24,7 @@ mod error;
 mod executor;
 pub mod labels;
 mod log;
+pub mod mask;
 mod model;
 mod result;
 pub mod script;
@@ -38,6 +39,7 @@ pub use error::ExecutorError;
 pub use executor::MockExecutor;
 pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand};
 pub use log::{MemoryLog, RunLog};
+pub use mask::{Masker, Secret};
 pub use model::{
     validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
 };

@@ -6,12 +6,19 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::mask::{MaskStream, Masker};
+
 /// The single log of a run.
 ///
 /// Step output is written through as it arrives, unbuffered, so a reader of
 /// the log file (or the terminal, with `--log -`) sees it while the step
 /// runs. The runner's own lines start with `==> ` and always begin on a
 /// fresh line, so they are easy to tell apart from step output.
+///
+/// Once [`RunLog::mask`] is given a run's secrets (the driver does it
+/// when a run has any), every byte of step output and every runner line
+/// goes through one [`MaskStream`], so a value split across chunks is
+/// still masked; see [`crate::mask`].
 ///
 /// Cloning is cheap: every clone writes to the same destination.
 ///
@@ -31,6 +38,8 @@ struct Inner {
     out: Box<dyn Write + Send>,
     at_line_start: bool,
     failed: bool,
+    mask: Option<MaskStream>,
+    masked: Vec<u8>,
 }
 
 impl std::fmt::Debug for RunLog {
@@ -47,6 +56,8 @@ impl RunLog {
                 out: Box::new(out),
                 at_line_start: true,
                 failed: false,
+                mask: None,
+                masked: Vec::new(),
             })),
         }
     }
@@ -72,14 +83,55 @@ impl RunLog {
         (Self::new(buf.clone()), buf)
     }
 
-    /// Writes step output exactly as it came.
+    /// From now on, masks the values `masker` knows (as well as any it
+    /// was given before) in everything written.
+    ///
+    /// ```
+    /// use executor_core::{mask::{Masker, Secret}, RunLog};
+    /// let (log, captured) = RunLog::memory();
+    /// log.mask(&Masker::new([&Secret::new("hunter22")]));
+    /// log.output(b"pw=hun");
+    /// log.output(b"ter22\n");
+    /// log.line("done with hunter22");
+    /// assert_eq!(captured.text(), "pw=[MASKED]\n==> done with [MASKED]\n");
+    /// ```
+    pub fn mask(&self, masker: &Masker) {
+        if masker.is_empty() {
+            return;
+        }
+        self.with(|inner| {
+            let r = inner.release_held();
+            let combined = match &inner.mask {
+                Some(stream) => stream.masker().union(masker),
+                None => masker.clone(),
+            };
+            inner.mask = Some(combined.stream());
+            r
+        });
+    }
+
+    /// Writes step output as it came, but for masked secrets; a tail that
+    /// could still be a secret is held until the next chunk, line or end.
     pub fn output(&self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
         self.with(|inner| {
-            let r = inner.out.write_all(bytes).and_then(|_| inner.out.flush());
-            inner.at_line_start = bytes.ends_with(b"\n");
+            let Some(stream) = inner.mask.as_mut() else {
+                let r = inner.out.write_all(bytes).and_then(|_| inner.out.flush());
+                inner.at_line_start = bytes.ends_with(b"\n");
+                return r;
+            };
+            inner.masked.clear();
+            stream.push(bytes, &mut inner.masked);
+            let holding = stream.is_holding();
+            let Inner { out, masked, .. } = &mut *inner;
+            let r = out.write_all(masked).and_then(|_| out.flush());
+            if holding {
+                inner.at_line_start = false;
+            } else if !inner.masked.is_empty() {
+                inner.at_line_start = inner.masked.ends_with(b"\n");
+            }
             r
         });
     }
@@ -87,11 +139,22 @@ impl RunLog {
     /// Writes one runner line (`==> message`), starting on a fresh line.
     pub fn line(&self, message: &str) {
         self.with(|inner| {
+            let held = inner.release_held();
+            let message = match &inner.mask {
+                Some(stream) => stream.masker().mask_str(message).into_owned(),
+                None => message.to_string(),
+            };
             let lead = if inner.at_line_start { "" } else { "\n" };
             let r = writeln!(inner.out, "{lead}==> {message}").and_then(|_| inner.out.flush());
             inner.at_line_start = true;
-            r
+            held.and(r)
         });
+    }
+
+    /// Writes out what the masker held back: the output it belonged to is
+    /// over (a step ended, or the runner speaks next).
+    pub fn end_output(&self) {
+        self.with(Inner::release_held);
     }
 
     /// Marks the start of a step.
@@ -118,6 +181,23 @@ impl RunLog {
                 tracing::warn!(%err, "run log write failed; further log output may be lost");
             }
         }
+    }
+}
+
+impl Inner {
+    fn release_held(&mut self) -> io::Result<()> {
+        let Some(stream) = self.mask.as_mut() else {
+            return Ok(());
+        };
+        if !stream.is_holding() {
+            return Ok(());
+        }
+        self.masked.clear();
+        stream.flush(&mut self.masked);
+        self.at_line_start = self.masked.ends_with(b"\n");
+        self.out
+            .write_all(&self.masked)
+            .and_then(|_| self.out.flush())
     }
 }
 

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::mask::{Masker, Secret, MIN_SECRET_LEN};
 use crate::ExecutorError;
 
 /// One step of a run: a shell script run as `sh -ec <script>`.
@@ -66,6 +67,11 @@ pub struct RunSpec {
     pub outputs: PathBuf,
     /// Variables for every step.
     pub env: Vec<(String, String)>,
+    /// Secret variables for every step: handed to the environment without
+    /// passing through any command line, and masked wherever the run
+    /// prints (see [`crate::mask`]). Values are at least
+    /// [`crate::mask::MIN_SECRET_LEN`] characters.
+    pub secrets: Vec<(String, Secret)>,
     /// Wall-clock limit of the whole run, start to stop.
     pub run_timeout: Duration,
     /// Limit of each step.
@@ -102,6 +108,7 @@ impl RunSpec {
             steps: Vec::new(),
             outputs: outputs.into(),
             env: Vec::new(),
+            secrets: Vec::new(),
             run_timeout: DEFAULT_RUN_TIMEOUT,
             step_timeout: DEFAULT_STEP_TIMEOUT,
             caches: Vec::new(),
@@ -131,6 +138,25 @@ impl RunSpec {
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((key.into(), value.into()));
         self
+    }
+
+    /// Adds a secret variable for every step.
+    ///
+    /// ```
+    /// use executor_core::{mask::Secret, RunSpec};
+    /// let spec = RunSpec::new("r", "did:plc:r", ".", "out")
+    ///     .secret("DEPLOY_TOKEN", Secret::new("tok-123456"));
+    /// assert_eq!(spec.masker().mask_str("tok-123456"), "[MASKED]");
+    /// assert!(!format!("{spec:?}").contains("tok-123456"));
+    /// ```
+    pub fn secret(mut self, key: impl Into<String>, value: Secret) -> Self {
+        self.secrets.push((key.into(), value));
+        self
+    }
+
+    /// The masker of this run's secret values.
+    pub fn masker(&self) -> Masker {
+        Masker::new(self.secrets.iter().map(|(_, v)| v))
     }
 
     /// Sets both timeouts.
@@ -196,6 +222,39 @@ impl RunSpec {
             .chain(self.steps.iter().flat_map(|s| &s.env))
         {
             validate_env_key(key)?;
+        }
+        self.validate_secrets()
+    }
+
+    fn validate_secrets(&self) -> Result<(), ExecutorError> {
+        let bad = |msg: String| Err(ExecutorError::InvalidInput(msg));
+        let mut seen = std::collections::HashSet::new();
+        for (key, value) in &self.secrets {
+            validate_env_key(key)?;
+            if !seen.insert(key.as_str()) {
+                return bad(format!("secret {key} is given twice"));
+            }
+            let plain = self
+                .env
+                .iter()
+                .chain(self.steps.iter().flat_map(|s| &s.env))
+                .any(|(k, _)| k == key);
+            if plain {
+                return bad(format!(
+                    "{key} is both a secret and a plain variable (RunSpec::env or Step::env); \
+                     give it one value"
+                ));
+            }
+            if value.expose().chars().count() < MIN_SECRET_LEN {
+                return bad(format!(
+                    "the value of secret {key} is shorter than {MIN_SECRET_LEN} characters: \
+                     masking it would shred the log, so it is refused; use a longer value \
+                     or pass it as a plain variable"
+                ));
+            }
+            if value.expose().contains('\0') {
+                return bad(format!("the value of secret {key} has a NUL byte"));
+            }
         }
         Ok(())
     }

@@ -186,6 +186,43 @@ pub struct Phases {
 }
 
 impl RunResult {
+    /// Masks every secret value in every text of the result: names,
+    /// errors, notes, paths. The driver does it before returning a result.
+    ///
+    /// ```
+    /// use executor_core::mask::{Masker, Secret};
+    /// # let mut result: executor_core::RunResult = serde_json::from_str(r#"{"name":"r","runner":"did:plc:r","executor":"shell","status":"error","error":"login failed for hunter22","startedAt":"2026-01-01T00:00:00Z","finishedAt":"2026-01-01T00:00:00Z","steps":[],"outputs":[],"caches":[]}"#).unwrap();
+    /// result.mask(&Masker::new([&Secret::new("hunter22")]));
+    /// assert_eq!(result.error.as_deref(), Some("login failed for [MASKED]"));
+    /// ```
+    pub fn mask(&mut self, masker: &crate::mask::Masker) {
+        if masker.is_empty() {
+            return;
+        }
+        let texts = [&mut self.name, &mut self.runner, &mut self.executor]
+            .into_iter()
+            .chain(self.error.as_mut())
+            .chain(
+                self.steps
+                    .iter_mut()
+                    .flat_map(|s| std::iter::once(&mut s.name).chain(s.error.as_mut())),
+            )
+            .chain(self.outputs.iter_mut().map(|o| &mut o.path))
+            .chain(
+                self.refused
+                    .iter_mut()
+                    .flat_map(|r| [&mut r.path, &mut r.reason]),
+            )
+            .chain(
+                self.caches
+                    .iter_mut()
+                    .flat_map(|c| [&mut c.key, &mut c.path].into_iter().chain(c.note.as_mut())),
+            );
+        for text in texts {
+            masker.mask_string(text);
+        }
+    }
+
     /// The result as pretty JSON.
     pub fn to_json(&self) -> String {
         // Serialising these plain types cannot fail.

@@ -318,6 +318,12 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
         labels: Some(spec.labels.clone()),
         user: spec.user.clone(),
         working_dir: Some(spec.working_dir.clone()),
+        env: (!spec.secret_env.is_empty()).then(|| {
+            spec.secret_env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.expose()))
+                .collect()
+        }),
         host_config: Some(HostConfig {
             memory: spec.memory,
             // No swap beyond the memory limit, so the limit is the limit.

@@ -48,7 +48,11 @@ impl Engine for DryRunEngine {
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
         self.say(format!("POST /containers/create?name={}", spec.name));
-        let json = serde_json::to_string_pretty(&crate::bollard_engine::create_body(spec))
+        let mut shown = spec.clone();
+        for (_, value) in &mut shown.secret_env {
+            *value = executor_core::Secret::new(executor_core::mask::MASK);
+        }
+        let json = serde_json::to_string_pretty(&crate::bollard_engine::create_body(&shown))
             .unwrap_or_default();
         self.say(json);
         Ok(DRY_ID.to_string())

@@ -38,6 +38,9 @@ pub struct ContainerSpec {
     pub security_opt: Vec<String>,
     /// Anonymous volumes mounted at these paths; removed with the container.
     pub volumes: Vec<String>,
+    /// The run's secret variables, in the container's own environment:
+    /// given once in the create call, never in an exec's arguments.
+    pub secret_env: Vec<(String, executor_core::Secret)>,
 }
 
 /// One command to run in the container.

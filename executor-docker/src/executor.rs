@@ -109,6 +109,7 @@ impl DockerExecutor {
             network_mode: self.options.network.clone(),
             security_opt: vec!["no-new-privileges".into()],
             volumes: run_volumes(run),
+            secret_env: run.secrets.clone(),
         }
     }
 

@@ -166,6 +166,7 @@ async fn expired_containers_are_removed_by_the_default_cleanup() {
         network_mode: Some("none".into()),
         security_opt: vec![],
         volumes: vec![],
+        secret_env: vec![],
     };
     let id = engine.create(&spec).await.unwrap();
     let executor = DockerExecutor::with_engine(Arc::new(engine), common::options());

@@ -377,6 +377,16 @@ impl Executor for K8sExecutor {
                 prelude.push_str(&format!("export {key}=\"${}\"; ", step_key(*index, key)));
             }
         }
+        // Every step's variables are in the pod's environment under their
+        // Secret keys; a step sees only its own, under their own names.
+        let keys: Vec<String> = live
+            .steps
+            .values()
+            .flat_map(|(index, keys)| keys.iter().map(|k| step_key(*index, k)))
+            .collect();
+        if !keys.is_empty() {
+            prelude.push_str(&format!("unset {}; ", keys.join(" ")));
+        }
         prelude.push_str(&format!(
             "cd {} && ",
             executor_core::script::quote(&run.work_dir)

@@ -59,6 +59,9 @@ pub fn objects(
     for (key, value) in &run.env {
         data.insert(key.clone(), value.clone());
     }
+    for (key, value) in &run.secrets {
+        data.insert(key.clone(), value.expose().to_string());
+    }
     for (i, step) in run.steps.iter().enumerate() {
         for (key, value) in &step.env {
             data.insert(step_key(i, key), value.clone());

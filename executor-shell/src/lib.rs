@@ -52,6 +52,9 @@ pub struct ShellExecutor {
 
 struct LiveRun {
     root: root::RunRoot,
+    /// The run's secret variables: they reach each step's process
+    /// environment and nothing else (no argv, no file).
+    secrets: Vec<(String, executor_core::Secret)>,
     groups: Vec<Pid>,
     lingering: Vec<JoinHandle<()>>,
 }
@@ -182,6 +185,7 @@ impl Executor for ShellExecutor {
             handle.id.clone(),
             LiveRun {
                 root,
+                secrets: run.secrets.clone(),
                 groups: Vec::new(),
                 lingering: Vec::new(),
             },
@@ -199,13 +203,22 @@ impl Executor for ShellExecutor {
         if let Some(plan) = &self.plan {
             return Ok(plan.command(run, step));
         }
-        if !self.runs().contains_key(&run.id) {
-            return Err(ExecutorError::EnvironmentLost(format!(
-                "run folder {} is not a live run of this executor",
-                run.id
-            )));
-        }
-        let finished = process::run_step(Path::new(&run.work_dir), step, log, interrupt, |pgid| {
+        let secrets = match self.runs().get(&run.id) {
+            Some(live) => live.secrets.clone(),
+            None => {
+                return Err(ExecutorError::EnvironmentLost(format!(
+                    "run folder {} is not a live run of this executor",
+                    run.id
+                )))
+            }
+        };
+        let mut step = step.clone();
+        step.env.extend(
+            secrets
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_string())),
+        );
+        let finished = process::run_step(Path::new(&run.work_dir), &step, log, interrupt, |pgid| {
             if let Some(live) = self.runs().get_mut(&run.id) {
                 live.groups.push(pgid);
             }

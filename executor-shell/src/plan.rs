@@ -57,6 +57,13 @@ impl Plan {
         if let Some(steps) = &run.steps_dir {
             self.say(format!("tar {} -> {}", steps.display(), handle.steps_dir));
         }
+        if !run.secrets.is_empty() {
+            let names: Vec<&str> = run.secrets.iter().map(|(k, _)| k.as_str()).collect();
+            self.say(format!(
+                "secrets for every step's environment: {} (values not shown)",
+                names.join(",")
+            ));
+        }
         handle
     }
 

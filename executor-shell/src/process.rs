@@ -24,6 +24,27 @@ pub(crate) struct Finished {
     pub lingering: Vec<JoinHandle<()>>,
 }
 
+/// The runner's own variables a step gets; nothing else of the runner's
+/// environment (`KUBECONFIG`, cloud tokens, `--secret` variables of other
+/// runs) reaches a step unless the run passes it.
+const PASSED_THROUGH: &[&str] = &[
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR",
+];
+
+/// Used when the runner has no `PATH` of its own.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn host_env() -> Vec<(String, std::ffi::OsString)> {
+    let mut env: Vec<_> = PASSED_THROUGH
+        .iter()
+        .filter_map(|k| std::env::var_os(k).map(|v| (k.to_string(), v)))
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env
+}
+
 /// Runs the step as `sh -ec` in its own process group and records the
 /// group in `groups` so stop can kill whatever it leaves behind.
 pub(crate) async fn run_step(
@@ -38,6 +59,8 @@ pub(crate) async fn run_step(
         .arg(flag)
         .arg(script)
         .current_dir(work_dir)
+        .env_clear()
+        .envs(host_env())
         .envs(step.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

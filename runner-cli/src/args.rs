@@ -103,6 +103,20 @@ pub struct RunArgs {
     /// A variable for every step (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    /// Plain variables from a file, as `docker run --env-file` reads it
+    /// (repeatable; `--env` comes after and wins).
+    #[arg(long = "env-file", value_name = "PATH")]
+    pub env_files: Vec<PathBuf>,
+    /// A secret variable for every step, its value read from the runner's
+    /// own environment variable NAME (repeatable). Never NAME=VALUE: a
+    /// value on the command line is readable by every local user.
+    /// Masked in the log, the result and the dry-run.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// A secret variable whose value is the file's content, one trailing
+    /// newline removed (repeatable).
+    #[arg(long = "secret-file", value_name = "NAME=PATH", value_parser = crate::secrets::parse_secret_file)]
+    pub secret_files: Vec<(String, PathBuf)>,
     /// What started the run; pull and queue mean untrusted code.
     #[arg(long, value_enum, default_value = "manual")]
     pub trigger: Trigger,

@@ -40,7 +40,13 @@ pub async fn build(
                 .clone()
                 .unwrap_or_else(ShellExecutor::default_base);
             Ok(if opts.dry_run {
-                Box::new(ShellExecutor::dry_run(base, Plan::new(std::io::stdout())))
+                Box::new(ShellExecutor::dry_run(
+                    base,
+                    Plan::new(executor_core::mask::MaskedWrite::new(
+                        std::io::stdout(),
+                        crate::secrets::masker(),
+                    )),
+                ))
             } else {
                 Box::new(ShellExecutor::new(base))
             })
@@ -50,7 +56,10 @@ pub async fn build(
             if opts.dry_run {
                 return Ok(Box::new(DockerExecutor::dry_run(
                     options,
-                    std::io::stdout(),
+                    executor_core::mask::MaskedWrite::new(
+                        std::io::stdout(),
+                        crate::secrets::masker(),
+                    ),
                 )));
             }
             DockerExecutor::connect(options)
@@ -69,7 +78,10 @@ pub async fn build(
                 return Ok(Box::new(K8sExecutor::dry_run(
                     &ns,
                     options,
-                    std::io::stdout(),
+                    executor_core::mask::MaskedWrite::new(
+                        std::io::stdout(),
+                        crate::secrets::masker(),
+                    ),
                 )));
             }
             let source = KubeconfigSource {

@@ -16,7 +16,8 @@ const EXIT_CANCELLED: i32 = 130;
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let text = $crate::secrets::masked(&format!($($arg)*));
+        let _ = writeln!(std::io::stderr(), "{text}");
     }};
 }
 /// `println!` that never panics, for the same reason.
@@ -30,11 +31,12 @@ macro_rules! print_out {
 mod args;
 mod backends;
 mod run;
+mod secrets;
 
 fn main() {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(secrets::MaskedStderr)
         // Its own complaint about a failed write goes to stderr through
         // `eprintln!`, which panics when stderr is the thing that failed.
         .log_internal_errors(false)

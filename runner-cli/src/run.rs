@@ -138,7 +138,15 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     spec.image = args.image.clone();
     spec.steps_dir = args.steps_dir.clone();
     spec.steps = steps;
-    spec.env = args.env.clone();
+    for file in &args.env_files {
+        spec.env.extend(crate::secrets::read_env_file(file)?);
+    }
+    spec.env.extend(args.env.iter().cloned());
+    spec.secrets = crate::secrets::from_environment(&args.secrets)?;
+    spec.secrets
+        .extend(crate::secrets::from_files(&args.secret_files)?);
+    // Before anything of the run is printed, errors about it included.
+    crate::secrets::mask_from_now_on(&spec.masker());
     spec.caches = args.caches.clone();
     if args.trigger.is_untrusted() {
         spec.trust = executor_core::Trust::Untrusted;
@@ -198,7 +206,7 @@ fn write_result_without_run(
     let steps = read_steps_file(&args.steps_file)
         .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
         .unwrap_or_default();
-    let result = RunResult {
+    let mut result = RunResult {
         name: args.name.clone(),
         runner: args.runner.clone(),
         executor: args.executor.name().to_string(),
@@ -212,6 +220,7 @@ fn write_result_without_run(
         caches: Vec::new(),
         phases: Default::default(),
     };
+    result.mask(&crate::secrets::masker());
     if let Err(err) = result.write_to(&args.result) {
         say!("runner-cli: {err}");
     }

@@ -439,16 +439,24 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
                 "--dry-run",
                 "--env",
                 "SECRET=hunter2",
+                "--secret",
+                "DEPLOY_TOKEN",
                 "--cache",
                 "deps=deps",
                 "--cache-dir",
                 &case.path("caches").display().to_string(),
             ],
         )
+        .env("DEPLOY_TOKEN", "dry-run-secret-value")
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
+    assert!(
+        stdout.contains("secrets for every step's environment: DEPLOY_TOKEN"),
+        "{stdout}"
+    );
     assert!(stdout.contains("environment: run folder"), "{stdout}");
     assert!(stdout.contains("sh -ec \"make\""), "{stdout}");
     assert!(!stdout.contains("hunter2"));
@@ -535,4 +543,91 @@ fn caches_are_cold_then_warm_across_runs() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn secrets_come_from_the_environment_or_files_and_never_show() {
+    const TOKEN: &str = "s3cr3t-deploy-value";
+    const KEY: &str = "-----BEGIN KEY-----\nAAAAB3NzaC1yc2E\n-----END KEY-----";
+    let case = Case::new();
+    std::fs::write(case.path("key"), format!("{KEY}\n")).unwrap();
+    std::fs::write(
+        case.path("vars"),
+        "# plain ones\nPLAIN=from the file\nHOME\n",
+    )
+    .unwrap();
+    let steps = format!(
+        "show\techo \"token=$DEPLOY_TOKEN plain=$PLAIN\"; printf '%s\\n' \"$SSH_KEY\" | sed -n 2p; \
+         [ \"$(printf %s \"$SSH_KEY\" | wc -l)\" = 2 ]; [ -n \"$HOME\" ]\n\
+         no runner secrets\tif [ -n \"${{KUBECONFIG:-}}\" ] || [ -n \"${{RUNNER_ONLY:-}}\" ]; then echo leaked; exit 7; fi\n\
+         deploy {TOKEN}\texit 1\n"
+    );
+    let key = case.path("key");
+    let vars = case.path("vars");
+    let out = case
+        .run(
+            &steps,
+            &[
+                "--secret",
+                "DEPLOY_TOKEN",
+                "--secret-file",
+                &format!("SSH_KEY={}", key.display()),
+                "--env-file",
+                &vars.display().to_string(),
+            ],
+        )
+        .env("DEPLOY_TOKEN", TOKEN)
+        .env("KUBECONFIG", "/runner/only/kubeconfig")
+        .env("RUNNER_ONLY", "not for steps")
+        .output()
+        .unwrap();
+    let log = case.log();
+    assert_eq!(code(&out), 1, "{}{log}", stderr(&out));
+    let result = case.result();
+    assert_eq!(result.steps[0].exit_code, Some(0), "{log}");
+    assert_eq!(result.steps[1].exit_code, Some(0), "{log}");
+    assert!(log.contains("token=[MASKED] plain=from the file"), "{log}");
+    assert!(log.contains("\n[MASKED]\n"), "the key's middle line: {log}");
+    let json = std::fs::read_to_string(case.path("result.json")).unwrap();
+    for shown in [&log, &json, &stderr(&out)] {
+        assert!(
+            !shown.contains(TOKEN) && !shown.contains("AAAAB3NzaC1yc2E"),
+            "{shown}"
+        );
+    }
+    assert!(stderr(&out).contains("deploy [MASKED]"), "{}", stderr(&out));
+}
+
+#[test]
+fn secrets_that_cannot_be_taken_are_exit_2_naming_them() {
+    let case = Case::new();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--secret", "TOKEN=hunter22"],
+            "never taken on the command line",
+        ),
+        (
+            &["--secret", "KNOTLESS_NOT_SET_ANYWHERE"],
+            "no variable KNOTLESS_NOT_SET_ANYWHERE",
+        ),
+        (&["--secret", "SHORT"], "shorter than 4 characters"),
+        (
+            &["--secret-file", "K=/no/such/file"],
+            "--secret-file K=/no/such/file",
+        ),
+    ];
+    for (flags, said) in cases {
+        let out = case
+            .run("a\ttrue\n", flags)
+            .env("SHORT", "abc")
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{flags:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{flags:?}: {}", stderr(&out));
+        let json = std::fs::read_to_string(case.path("result.json")).unwrap();
+        for shown in [stderr(&out), json] {
+            assert!(!shown.contains("hunter22"), "{shown}");
+        }
+        assert!(!case.log().contains("true"), "no step ran");
+    }
 }

@@ -179,6 +179,8 @@ fn dry_run_prints_every_call_and_writes_nothing() {
         .args(["run", "--executor", "docker", "--image", &image()])
         .args(["--name", "dry", "--runner", "did:plc:dry", "--dry-run"])
         .args(["--env", "TOKEN=hunter2", "--cache", "deps=/deps"])
+        .args(["--secret", "DEPLOY_TOKEN"])
+        .env("DEPLOY_TOKEN", "dry-run-secret-value")
         .arg("--cache-dir")
         .arg(dir.path().join("caches"))
         .arg("--outputs")
@@ -194,6 +196,8 @@ fn dry_run_prints_every_call_and_writes_nothing() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(!stdout.contains("hunter2"), "{stdout}");
+    assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
+    assert!(stdout.contains("DEPLOY_TOKEN=[MASKED]"), "{stdout}");
     for never in ["caches", "outputs", "result.json"] {
         assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
     }

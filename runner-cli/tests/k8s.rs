@@ -218,7 +218,10 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
             "1Gi",
             "--cache",
             "deps=/deps",
+            "--secret",
+            "DEPLOY_TOKEN",
         ])
+        .env("DEPLOY_TOKEN", "dry-run-secret-value")
         .arg("--cache-dir")
         .arg(dir.path().join("caches"))
         .arg("--outputs")
@@ -245,11 +248,13 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
         "automountServiceAccountToken: false",
         "memory: 1Gi",
         "TOKEN",
+        "DEPLOY_TOKEN",
         "DELETE /apis/batch/v1/namespaces/default/jobs/",
     ] {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }
     assert!(!stdout.contains("hunter2"));
+    assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
     for never in ["caches", "outputs"] {
         assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
     }

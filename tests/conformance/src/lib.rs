@@ -46,6 +46,7 @@ pub use cases::caches::*;
 pub use cases::files::*;
 pub use cases::lifecycle::*;
 pub use cases::logs::*;
+pub use cases::secrets::*;
 pub use cases::steps::*;
 pub use cases::untrusted::*;
 
@@ -88,7 +89,8 @@ macro_rules! conformance_tests {
             cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,
             hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix,
             crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
-            unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs);
+            unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
+            secrets_are_masked_in_every_form);
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $(

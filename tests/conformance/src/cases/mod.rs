@@ -2,5 +2,6 @@ pub mod caches;
 pub mod files;
 pub mod lifecycle;
 pub mod logs;
+pub mod secrets;
 pub mod steps;
 pub mod untrusted;

@@ -1,0 +1,555 @@
+//! Secrets, and masking their values out of everything a run prints.
+//!
+//! A [`Secret`] is a value that must never be shown: its `Debug` and
+//! `Display` print nothing of it. A [`Masker`] knows the values of a run's
+//! secrets in the forms a step is likely to print them (as they are, each
+//! line of a multi-line value, base64 at all three byte alignments and in
+//! both alphabets, URL-encoding and hex) and replaces each with
+//! [`MASK`]. A [`MaskStream`] does the same to a byte stream that arrives
+//! in chunks of any size: it holds back only a tail that could still
+//! become a value, never more than the longest form minus one byte, and
+//! never past a newline (no form contains one), so memory does not grow
+//! with the log and a line is never delayed once it ends.
+//!
+//! What masking cannot cover: a step that transforms a value its own way
+//! (reverses it, encrypts it, prints every other character) prints
+//! something no list of forms contains.
+//!
+//! ```
+//! use executor_core::mask::{Masker, Secret};
+//!
+//! let masker = Masker::new([&Secret::new("hunter22")]);
+//! assert_eq!(masker.mask_str("password: hunter22"), "password: [MASKED]");
+//!
+//! // A value printed a byte at a time is still masked.
+//! let mut stream = masker.stream();
+//! let mut out = Vec::new();
+//! for byte in b"pw=hunter22\n" {
+//!     stream.push(&[*byte], &mut out);
+//! }
+//! stream.flush(&mut out);
+//! assert_eq!(out, b"pw=[MASKED]\n");
+//! ```
+
+use std::borrow::Cow;
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+
+/// What a masked value is replaced by.
+pub const MASK: &str = "[MASKED]";
+
+/// The shortest secret value accepted, in characters: masking shorter
+/// values would shred the log (every `true` or `1234` in it).
+pub const MIN_SECRET_LEN: usize = 4;
+
+/// A secret value. Its `Debug` and `Display` print [`MASK`], so a value
+/// never reaches a log through formatting; [`Secret::expose`] is the one
+/// way to read it.
+///
+/// ```
+/// use executor_core::mask::Secret;
+/// let token = Secret::new("s3cr3t-token");
+/// assert_eq!(format!("{token} {token:?}"), "[MASKED] Secret([MASKED])");
+/// assert_eq!(token.expose(), "s3cr3t-token");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value itself, for the one place that hands it to the environment.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({MASK})")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(MASK)
+    }
+}
+
+/// Finds every known form of a set of secret values; see the module docs.
+///
+/// Cheap to clone (the search automaton is shared).
+#[derive(Clone, Default)]
+pub struct Masker {
+    inner: Option<Arc<Forms>>,
+}
+
+struct Forms {
+    search: AhoCorasick,
+    forms: Vec<Vec<u8>>,
+    longest: usize,
+    /// Which bytes begin some form: most tails are ruled out by one lookup.
+    first_bytes: [bool; 256],
+}
+
+impl std::fmt::Debug for Masker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Masker")
+            .field("forms", &self.inner.as_ref().map_or(0, |i| i.forms.len()))
+            .finish()
+    }
+}
+
+impl Masker {
+    /// A masker for these values. Values shorter than [`MIN_SECRET_LEN`]
+    /// characters are not masked (`RunSpec::validate` refuses them).
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Self {
+        Self::from_forms(
+            secrets
+                .into_iter()
+                .filter(|s| s.0.chars().count() >= MIN_SECRET_LEN)
+                .flat_map(|s| forms_of(&s.0))
+                .collect(),
+        )
+    }
+
+    /// A masker for the values of both.
+    ///
+    /// ```
+    /// use executor_core::mask::{Masker, Secret};
+    /// let both = Masker::new([&Secret::new("first-value")])
+    ///     .union(&Masker::new([&Secret::new("other-value")]));
+    /// assert_eq!(both.mask_str("first-value other-value"), "[MASKED] [MASKED]");
+    /// ```
+    pub fn union(&self, other: &Masker) -> Masker {
+        let forms = [self, other]
+            .iter()
+            .filter_map(|m| m.inner.as_ref())
+            .flat_map(|f| f.forms.iter().cloned())
+            .collect();
+        Self::from_forms(forms)
+    }
+
+    fn from_forms(mut forms: Vec<Vec<u8>>) -> Self {
+        forms.sort();
+        forms.dedup();
+        if forms.is_empty() {
+            return Masker::default();
+        }
+        let longest = forms.iter().map(Vec::len).max().unwrap_or(0);
+        let mut first_bytes = [false; 256];
+        for form in &forms {
+            if let Some(&b) = form.first() {
+                first_bytes[usize::from(b)] = true;
+            }
+        }
+        // Leftmost-longest: where a value's line and the whole value both
+        // match, the whole one is masked.
+        let search = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&forms);
+        match search {
+            Ok(search) => Masker {
+                inner: Some(Arc::new(Forms {
+                    search,
+                    forms,
+                    longest,
+                    first_bytes,
+                })),
+            },
+            // The automaton only fails past sizes no set of secrets reaches;
+            // masking everything would still be wrong, so say it loudly.
+            Err(err) => {
+                tracing::error!(%err, "cannot build the secret masker; secrets are not masked");
+                Masker::default()
+            }
+        }
+    }
+
+    /// Whether there is nothing to mask.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// `text` with every form of every value replaced by [`MASK`].
+    pub fn mask_str<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match &self.inner {
+            Some(f) if f.search.is_match(text) => {
+                let masks = vec![MASK; f.forms.len()];
+                Cow::Owned(f.search.replace_all(text, &masks))
+            }
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// Masks `text` in place.
+    pub fn mask_string(&self, text: &mut String) {
+        if let Cow::Owned(masked) = self.mask_str(text) {
+            *text = masked;
+        }
+    }
+
+    /// A stream masker for output that arrives in chunks.
+    pub fn stream(&self) -> MaskStream {
+        MaskStream {
+            masker: self.clone(),
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// Masks a byte stream chunk by chunk; see [`Masker::stream`].
+#[derive(Debug)]
+pub struct MaskStream {
+    masker: Masker,
+    pending: Vec<u8>,
+}
+
+impl MaskStream {
+    /// Takes the next chunk and appends to `out` everything that can no
+    /// longer become part of a value, masked.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let Some(f) = self.masker.inner.clone() else {
+            out.extend_from_slice(chunk);
+            return;
+        };
+        if self.pending.is_empty() {
+            // The common case: nothing held, so search the chunk where it is.
+            let held = f.mask_releasable(chunk, out);
+            self.pending.extend_from_slice(&chunk[held..]);
+        } else {
+            self.pending.extend_from_slice(chunk);
+            let buf = std::mem::take(&mut self.pending);
+            let held = f.mask_releasable(&buf, out);
+            self.pending = buf;
+            self.pending.drain(..held);
+        }
+    }
+
+    /// Appends everything held back, masked: the stream ended, or a
+    /// runner line is about to be written after it.
+    pub fn flush(&mut self, out: &mut Vec<u8>) {
+        let rest = std::mem::take(&mut self.pending);
+        match &self.masker.inner {
+            Some(f) => {
+                let mut done = 0;
+                for m in f.search.find_iter(rest.as_slice()) {
+                    out.extend_from_slice(&rest[done..m.start()]);
+                    out.extend_from_slice(MASK.as_bytes());
+                    done = m.end();
+                }
+                out.extend_from_slice(&rest[done..]);
+            }
+            None => out.extend_from_slice(&rest),
+        }
+    }
+
+    /// The masker it masks with.
+    pub fn masker(&self) -> &Masker {
+        &self.masker
+    }
+
+    /// Whether bytes are held back.
+    pub fn is_holding(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
+impl Forms {
+    /// Appends `buf` masked up to the tail that could still become a
+    /// form, and returns where that tail begins.
+    fn mask_releasable(&self, buf: &[u8], out: &mut Vec<u8>) -> usize {
+        let mut done = 0;
+        let mut hold = self.held_tail(buf, 0);
+        for m in self.search.find_iter(buf) {
+            if m.start() >= hold {
+                // It may yet grow into a longer form: wait for more.
+                break;
+            }
+            out.extend_from_slice(&buf[done..m.start()]);
+            out.extend_from_slice(MASK.as_bytes());
+            done = m.end();
+            if done > hold {
+                hold = self.held_tail(buf, done);
+            }
+        }
+        out.extend_from_slice(&buf[done..hold]);
+        hold
+    }
+
+    /// Where the tail of `buf` that could still become a form begins (at
+    /// or after `from`), or `buf.len()` when no tail could.
+    fn held_tail(&self, buf: &[u8], from: usize) -> usize {
+        let first = from.max(buf.len().saturating_sub(self.longest.saturating_sub(1)));
+        (first..buf.len())
+            .find(|&start| {
+                let tail = &buf[start..];
+                if !self.first_bytes[usize::from(tail[0])] {
+                    return false;
+                }
+                self.forms
+                    .iter()
+                    .any(|form| form.len() > tail.len() && form.starts_with(tail))
+            })
+            .unwrap_or(buf.len())
+    }
+}
+
+/// The forms a value is masked in. None contains a newline, so a held
+/// tail never spans one.
+fn forms_of(value: &str) -> Vec<Vec<u8>> {
+    let mut forms = Vec::new();
+    let mut add = |form: Vec<u8>| {
+        if form.len() >= MIN_SECRET_LEN && !form.contains(&b'\n') {
+            forms.push(form);
+        }
+    };
+    if value.contains('\n') {
+        // A key file: each of its lines, as a step printing it line by
+        // line (or a tool quoting one line) would show it.
+        for line in value.lines() {
+            add(line.trim_end_matches('\r').as_bytes().to_vec());
+        }
+    } else {
+        add(value.as_bytes().to_vec());
+    }
+    let bytes = value.as_bytes();
+    for engine in [
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ] {
+        for align in 0..3usize {
+            add(base64_core(engine, bytes, align));
+        }
+    }
+    add(hex::encode(bytes).into_bytes());
+    add(hex::encode_upper(bytes).into_bytes());
+    add(url_encode(bytes));
+    forms
+}
+
+/// The base64 characters that depend only on `value` when it starts
+/// `align` bytes into a larger encoded blob.
+fn base64_core(engine: &impl base64::Engine, value: &[u8], align: usize) -> Vec<u8> {
+    let mut padded = vec![0u8; align];
+    padded.extend_from_slice(value);
+    let encoded = engine.encode(&padded).into_bytes();
+    // Character i covers bits [6i, 6i + 6): keep those inside the value's bits.
+    let first = (8 * align).div_ceil(6);
+    let end = (8 * padded.len()) / 6;
+    encoded
+        .get(first..end)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default()
+}
+
+/// Percent-encoding of every byte but RFC 3986's unreserved ones, as
+/// `encodeURIComponent` and `urllib.parse.quote` write it.
+fn url_encode(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    for &b in value {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+/// A writer that masks everything written through it; held-back bytes go
+/// out on `flush` and when it is dropped.
+///
+/// ```
+/// use executor_core::mask::{MaskedWrite, Masker, Secret};
+/// use std::io::Write;
+///
+/// let masker = Masker::new([&Secret::new("hunter22")]);
+/// let mut out = MaskedWrite::new(Vec::new(), masker);
+/// write!(out, "pw=hunt").unwrap();
+/// write!(out, "er22\n").unwrap();
+/// out.flush().unwrap();
+/// assert_eq!(out.get_ref(), b"pw=[MASKED]\n");
+/// ```
+pub struct MaskedWrite<W: Write> {
+    inner: W,
+    stream: MaskStream,
+    out: Vec<u8>,
+}
+
+impl<W: Write> MaskedWrite<W> {
+    /// Masks what is written and passes it to `inner`.
+    pub fn new(inner: W, masker: Masker) -> Self {
+        MaskedWrite {
+            inner,
+            stream: masker.stream(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The writer it passes to.
+    pub fn get_ref(&self) -> &W {
+        &self.inner
+    }
+}
+
+impl<W: Write> Write for MaskedWrite<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.clear();
+        self.stream.push(buf, &mut self.out);
+        self.inner.write_all(&self.out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.clear();
+        self.stream.flush(&mut self.out);
+        self.inner.write_all(&self.out)?;
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Drop for MaskedWrite<W> {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+
+    use super::*;
+
+    const VALUE: &str = "tok-3f9a/Z+q";
+
+    fn masker() -> Masker {
+        Masker::new([&Secret::new(VALUE), &Secret::new("second-secret")])
+    }
+
+    fn streamed(chunks: &[&[u8]]) -> String {
+        let mut stream = masker().stream();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            stream.push(chunk, &mut out);
+            assert!(
+                stream.pending.len() < masker().inner.as_ref().map_or(0, |f| f.longest),
+                "holds back less than the longest form"
+            );
+        }
+        stream.flush(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn plain_values_are_masked_anywhere_in_the_text() {
+        let m = masker();
+        assert_eq!(
+            m.mask_str(&format!("a{VALUE}b second-secret")),
+            "a[MASKED]b [MASKED]"
+        );
+        assert_eq!(m.mask_str("nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn encoded_forms_are_masked() {
+        let m = masker();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(VALUE);
+        let url = base64::engine::general_purpose::URL_SAFE.encode(VALUE);
+        for form in [
+            b64,
+            url,
+            hex::encode(VALUE),
+            hex::encode_upper(VALUE),
+            "tok-3f9a%2FZ%2Bq".to_string(),
+        ] {
+            let masked = m.mask_str(&form).into_owned();
+            assert!(masked.contains(MASK), "{form} -> {masked}");
+            assert!(masked.len() <= MASK.len() + 2, "{form} -> {masked}");
+        }
+    }
+
+    #[test]
+    fn a_value_inside_a_larger_base64_blob_is_masked_at_every_alignment() {
+        let m = masker();
+        for prefix in ["", "a", "ab", "abc", "abcd"] {
+            let blob = format!("{prefix}user:{VALUE}@host");
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&blob);
+            let masked = m.mask_str(&encoded).into_owned();
+            assert!(masked.contains(MASK), "{blob:?} -> {encoded} -> {masked}");
+        }
+    }
+
+    #[test]
+    fn a_multi_line_value_is_masked_line_by_line() {
+        let key = "-----BEGIN KEY-----\nMIIEvQIBADANBgkq\r\nhkiG9w0BAQEFAASC\n-----END KEY-----\n";
+        let m = Masker::new([&Secret::new(key)]);
+        let printed = m.mask_str("MIIEvQIBADANBgkq\r\nhkiG9w0BAQEFAASC\n");
+        assert_eq!(printed, "[MASKED]\r\n[MASKED]\n");
+    }
+
+    #[test]
+    fn values_split_across_chunks_are_masked() {
+        let text = format!("x{VALUE}y\nsecond-secret\n");
+        let bytes = text.as_bytes();
+        let want = "x[MASKED]y\n[MASKED]\n";
+        for cut in 0..bytes.len() {
+            assert_eq!(streamed(&[&bytes[..cut], &bytes[cut..]]), want, "cut {cut}");
+        }
+        let one_by_one: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(streamed(&one_by_one), want);
+    }
+
+    #[test]
+    fn glued_and_repeated_values_are_each_masked() {
+        assert_eq!(
+            streamed(&[format!("{VALUE}{VALUE}second-secret{VALUE}").as_bytes()]),
+            "[MASKED][MASKED][MASKED][MASKED]"
+        );
+    }
+
+    #[test]
+    fn a_prefix_that_never_completes_comes_out_unchanged() {
+        assert_eq!(streamed(&[b"tok-3f9", b"!"]), "tok-3f9!");
+        assert_eq!(streamed(&[b"tok-3f9"]), "tok-3f9");
+    }
+
+    #[test]
+    fn a_line_is_never_held_back_once_it_ends() {
+        let mut stream = masker().stream();
+        let mut out = Vec::new();
+        stream.push(b"done: tok-3f\n", &mut out);
+        assert_eq!(out, b"done: tok-3f\n");
+        assert!(!stream.is_holding());
+        stream.push(b"next tok-3f", &mut out);
+        assert_eq!(out, b"done: tok-3f\nnext ");
+        assert!(stream.is_holding());
+    }
+
+    #[test]
+    fn a_longer_value_sharing_a_prefix_with_a_shorter_one_is_masked_whole() {
+        let m = Masker::new([&Secret::new("abcd"), &Secret::new("abcdefgh")]);
+        let mut stream = m.stream();
+        let mut out = Vec::new();
+        stream.push(b"<abcd", &mut out);
+        stream.push(b"efgh>", &mut out);
+        stream.flush(&mut out);
+        assert_eq!(out, b"<[MASKED]>");
+    }
+
+    #[test]
+    fn short_values_and_no_values_mask_nothing() {
+        let m = Masker::new([&Secret::new("abc")]);
+        assert!(m.is_empty());
+        assert_eq!(m.mask_str("abc"), "abc");
+        let mut stream = m.stream();
+        let mut out = Vec::new();
+        stream.push(b"abc", &mut out);
+        assert_eq!(out, b"abc");
+    }
+}
