@@ -3,17 +3,39 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
+
+use tokio::io::AsyncWrite;
+use tokio::sync::Semaphore;
+use tokio_util::sync::PollSemaphore;
 
 use crate::mask::{MaskStream, Masker};
 
+/// How many bytes of step output may wait for a slow log destination
+/// before the step's output is no longer read (and the step, writing to a
+/// full pipe, waits too).
+pub const LOG_BUDGET: usize = 1 << 20;
+
 /// The single log of a run.
 ///
-/// Step output is written through as it arrives, unbuffered, so a reader of
-/// the log file (or the terminal, with `--log -`) sees it while the step
-/// runs. The runner's own lines start with `==> ` and always begin on a
-/// fresh line, so they are easy to tell apart from step output.
+/// Step output is written through as it arrives, so a reader of the log
+/// file (or the terminal, with `--log -`) sees it while the step runs.
+/// The runner's own lines start with `==> ` and always begin on a fresh
+/// line, so they are easy to tell apart from step output.
+///
+/// A log made with [`RunLog::new`] (and [`RunLog::create`],
+/// [`RunLog::stdout`]) writes from its own thread: a destination that
+/// stalls (a full pipe, a slow disk) never stalls the async runtime, so
+/// timeouts and cancellation still fire on time. At most [`LOG_BUDGET`]
+/// bytes of step output wait for it; past that, [`RunLog::output`] waits,
+/// which is back-pressure on the step, never an unbounded queue. Runner
+/// lines never wait. [`RunLog::inline`] writes in the caller, for
+/// destinations that never block (memory, a sink).
 ///
 /// Once [`RunLog::mask`] is given a run's secrets (the driver does it
 /// when a run has any), every byte of step output and every runner line
@@ -23,23 +45,43 @@ use crate::mask::{MaskStream, Masker};
 /// Cloning is cheap: every clone writes to the same destination.
 ///
 /// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
 /// use executor_core::RunLog;
 /// let (log, captured) = RunLog::memory();
 /// log.step_started("build");
-/// log.output(b"compiling\n");
+/// log.output(b"compiling\n").await;
 /// assert!(captured.text().contains("compiling"));
+/// # }
 /// ```
 #[derive(Clone)]
 pub struct RunLog {
     inner: Arc<Mutex<Inner>>,
+    /// Permits for bytes of step output in flight to the writer thread.
+    budget: Option<Arc<Semaphore>>,
 }
 
 struct Inner {
-    out: Box<dyn Write + Send>,
+    dest: Dest,
     at_line_start: bool,
     failed: bool,
     mask: Option<MaskStream>,
     masked: Vec<u8>,
+}
+
+enum Dest {
+    Inline(Box<dyn Write + Send>),
+    Thread {
+        to_writer: mpsc::Sender<Message>,
+        written: Arc<AtomicU64>,
+    },
+}
+
+enum Message {
+    /// Bytes to write, and the budget permits they release once written.
+    Write(Vec<u8>, u32),
+    /// Answered once everything before it is written (or failed).
+    Flushed(tokio::sync::oneshot::Sender<()>),
 }
 
 impl std::fmt::Debug for RunLog {
@@ -49,16 +91,35 @@ impl std::fmt::Debug for RunLog {
 }
 
 impl RunLog {
-    /// A log writing to any writer.
+    /// A log writing to any writer from its own thread; see the type docs.
     pub fn new(out: impl Write + Send + 'static) -> Self {
+        let budget = Arc::new(Semaphore::new(LOG_BUDGET));
+        let (to_writer, from_runner) = mpsc::channel();
+        let written = Arc::new(AtomicU64::new(0));
+        let counter = written.clone();
+        let permits = budget.clone();
+        let mut out: Box<dyn Write + Send> = Box::new(out);
+        let spawned = std::thread::Builder::new()
+            .name("run-log".into())
+            .spawn(move || write_all_sent(&mut out, &from_runner, &counter, &permits));
+        match spawned {
+            Ok(_) => RunLog {
+                inner: Arc::new(Mutex::new(Inner::new(Dest::Thread { to_writer, written }))),
+                budget: Some(budget),
+            },
+            Err(err) => {
+                // No thread to spare: write in the caller rather than not at all.
+                tracing::warn!(%err, "no thread for the run log; writing it inline");
+                RunLog::inline(io::sink())
+            }
+        }
+    }
+
+    /// A log writing in the caller, for destinations that never block.
+    pub fn inline(out: impl Write + Send + 'static) -> Self {
         RunLog {
-            inner: Arc::new(Mutex::new(Inner {
-                out: Box::new(out),
-                at_line_start: true,
-                failed: false,
-                mask: None,
-                masked: Vec::new(),
-            })),
+            inner: Arc::new(Mutex::new(Inner::new(Dest::Inline(Box::new(out))))),
+            budget: None,
         }
     }
 
@@ -74,87 +135,159 @@ impl RunLog {
 
     /// A log that discards everything.
     pub fn discard() -> Self {
-        Self::new(io::sink())
+        Self::inline(io::sink())
     }
 
     /// A log kept in memory, for tests and examples; the second value reads it.
     pub fn memory() -> (Self, MemoryLog) {
         let buf = MemoryLog::default();
-        (Self::new(buf.clone()), buf)
+        (Self::inline(buf.clone()), buf)
     }
 
     /// From now on, masks the values `masker` knows (as well as any it
     /// was given before) in everything written.
     ///
     /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
     /// use executor_core::{mask::{Masker, Secret}, RunLog};
     /// let (log, captured) = RunLog::memory();
     /// log.mask(&Masker::new([&Secret::new("hunter22")]));
-    /// log.output(b"pw=hun");
-    /// log.output(b"ter22\n");
+    /// log.output(b"pw=hun").await;
+    /// log.output(b"ter22\n").await;
     /// log.line("done with hunter22");
     /// assert_eq!(captured.text(), "pw=[MASKED]\n==> done with [MASKED]\n");
+    /// # }
     /// ```
     pub fn mask(&self, masker: &Masker) {
         if masker.is_empty() {
             return;
         }
-        self.with(|inner| {
-            let r = inner.release_held();
-            let combined = match &inner.mask {
-                Some(stream) => stream.masker().union(masker),
-                None => masker.clone(),
-            };
-            inner.mask = Some(combined.stream());
-            r
-        });
+        let mut inner = self.lock();
+        inner.release_held();
+        let combined = match &inner.mask {
+            Some(stream) => stream.masker().union(masker),
+            None => masker.clone(),
+        };
+        inner.mask = Some(combined.stream());
     }
 
     /// Writes step output as it came, but for masked secrets; a tail that
     /// could still be a secret is held until the next chunk, line or end.
-    pub fn output(&self, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        self.with(|inner| {
-            let Some(stream) = inner.mask.as_mut() else {
-                let r = inner.out.write_all(bytes).and_then(|_| inner.out.flush());
-                inner.at_line_start = bytes.ends_with(b"\n");
-                return r;
-            };
-            inner.masked.clear();
-            stream.push(bytes, &mut inner.masked);
-            let holding = stream.is_holding();
-            let Inner { out, masked, .. } = &mut *inner;
-            let r = out.write_all(masked).and_then(|_| out.flush());
-            if holding {
-                inner.at_line_start = false;
-            } else if !inner.masked.is_empty() {
-                inner.at_line_start = inner.masked.ends_with(b"\n");
+    /// Waits while [`LOG_BUDGET`] bytes are already on their way to a slow
+    /// destination.
+    pub async fn output(&self, bytes: &[u8]) {
+        for piece in bytes.chunks(LOG_BUDGET) {
+            let permits = budget_permits(piece);
+            if let Some(budget) = &self.budget {
+                // Never closed; if it were, writing on would still be right.
+                if let Ok(taken) = budget.acquire_many(permits).await {
+                    taken.forget();
+                }
             }
-            r
-        });
+            self.write_output(piece, permits);
+        }
+    }
+
+    /// An `AsyncWrite` into this log's step output, with the same
+    /// back-pressure as [`RunLog::output`].
+    pub fn writer(&self) -> LogOutput {
+        LogOutput {
+            log: self.clone(),
+            budget: self.budget.clone().map(PollSemaphore::new),
+        }
+    }
+
+    fn write_output(&self, bytes: &[u8], permits: u32) {
+        let mut inner = self.lock();
+        let Inner {
+            dest,
+            mask,
+            masked,
+            at_line_start,
+            failed,
+        } = &mut *inner;
+        let Some(stream) = mask.as_mut() else {
+            *at_line_start = bytes.ends_with(b"\n");
+            dest.write(bytes.to_vec(), permits, failed);
+            return;
+        };
+        masked.clear();
+        stream.push(bytes, masked);
+        if stream.is_holding() {
+            *at_line_start = false;
+        } else if !masked.is_empty() {
+            *at_line_start = masked.ends_with(b"\n");
+        }
+        dest.write(masked.clone(), permits, failed);
     }
 
     /// Writes one runner line (`==> message`), starting on a fresh line.
+    /// Never waits: runner lines are few.
     pub fn line(&self, message: &str) {
-        self.with(|inner| {
-            let held = inner.release_held();
-            let message = match &inner.mask {
-                Some(stream) => stream.masker().mask_str(message).into_owned(),
-                None => message.to_string(),
-            };
-            let lead = if inner.at_line_start { "" } else { "\n" };
-            let r = writeln!(inner.out, "{lead}==> {message}").and_then(|_| inner.out.flush());
-            inner.at_line_start = true;
-            held.and(r)
-        });
+        let mut inner = self.lock();
+        inner.release_held();
+        let message = match &inner.mask {
+            Some(stream) => stream.masker().mask_str(message).into_owned(),
+            None => message.to_string(),
+        };
+        let lead = if inner.at_line_start { "" } else { "\n" };
+        let text = format!("{lead}==> {message}\n").into_bytes();
+        inner.at_line_start = true;
+        let Inner { dest, failed, .. } = &mut *inner;
+        dest.write(text, 0, failed);
     }
 
     /// Writes out what the masker held back: the output it belonged to is
     /// over (a step ended, or the runner speaks next).
     pub fn end_output(&self) {
-        self.with(Inner::release_held);
+        self.lock().release_held();
+    }
+
+    /// Waits until everything logged so far is written. Gives up, returning
+    /// `false`, when the destination takes no byte for `patience` (a
+    /// reader that stopped reading); a slow one that keeps taking bytes is
+    /// waited for.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let path = std::env::temp_dir().join(format!("flush-demo-{}.log", std::process::id()));
+    /// let log = executor_core::RunLog::create(&path).unwrap();
+    /// log.line("hello");
+    /// assert!(log.flush(std::time::Duration::from_secs(5)).await);
+    /// assert_eq!(std::fs::read_to_string(&path).unwrap(), "==> hello\n");
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # }
+    /// ```
+    pub async fn flush(&self, patience: Duration) -> bool {
+        let (done, mut flushed) = tokio::sync::oneshot::channel();
+        let written = {
+            let mut inner = self.lock();
+            inner.release_held();
+            match &mut inner.dest {
+                Dest::Inline(out) => return out.flush().is_ok(),
+                Dest::Thread { to_writer, written } => {
+                    if to_writer.send(Message::Flushed(done)).is_err() {
+                        return false;
+                    }
+                    written.clone()
+                }
+            }
+        };
+        let mut seen = written.load(Ordering::Relaxed);
+        loop {
+            match tokio::time::timeout(patience, &mut flushed).await {
+                Ok(answer) => return answer.is_ok(),
+                Err(_) => {
+                    let now = written.load(Ordering::Relaxed);
+                    if now == seen {
+                        return false;
+                    }
+                    seen = now;
+                }
+            }
+        }
     }
 
     /// Marks the start of a step.
@@ -171,33 +304,124 @@ impl RunLog {
         ));
     }
 
-    fn with(&self, f: impl FnOnce(&mut Inner) -> io::Result<()>) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A poisoned lock only means another writer panicked mid-write;
         // the log is still usable.
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(err) = f(&mut inner) {
-            if !inner.failed {
-                inner.failed = true;
-                tracing::warn!(%err, "run log write failed; further log output may be lost");
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn budget_permits(piece: &[u8]) -> u32 {
+    // A piece is at most LOG_BUDGET bytes, far below u32::MAX.
+    u32::try_from(piece.len()).unwrap_or(u32::MAX)
+}
+
+/// The writer thread: writes what it is sent, in order, and gives the
+/// budget back as bytes leave. After a failed write it discards the rest
+/// (still giving the budget back, so no step waits on a dead log).
+fn write_all_sent(
+    out: &mut Box<dyn Write + Send>,
+    from_runner: &mpsc::Receiver<Message>,
+    written: &AtomicU64,
+    budget: &Semaphore,
+) {
+    let mut failed = false;
+    for message in from_runner {
+        match message {
+            Message::Write(bytes, permits) => {
+                if !failed {
+                    if let Err(err) = out.write_all(&bytes).and_then(|()| out.flush()) {
+                        failed = true;
+                        tracing::warn!(%err, "run log write failed; further log output is lost");
+                    }
+                }
+                let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+                written.fetch_add(len.max(1), Ordering::Relaxed);
+                if permits > 0 {
+                    budget.add_permits(permits as usize);
+                }
+            }
+            Message::Flushed(answer) => {
+                let _ = answer.send(());
             }
         }
     }
 }
 
 impl Inner {
-    fn release_held(&mut self) -> io::Result<()> {
+    fn new(dest: Dest) -> Self {
+        Inner {
+            dest,
+            at_line_start: true,
+            failed: false,
+            mask: None,
+            masked: Vec::new(),
+        }
+    }
+
+    fn release_held(&mut self) {
         let Some(stream) = self.mask.as_mut() else {
-            return Ok(());
+            return;
         };
         if !stream.is_holding() {
-            return Ok(());
+            return;
         }
         self.masked.clear();
         stream.flush(&mut self.masked);
         self.at_line_start = self.masked.ends_with(b"\n");
-        self.out
-            .write_all(&self.masked)
-            .and_then(|_| self.out.flush())
+        let bytes = self.masked.clone();
+        self.dest.write(bytes, 0, &mut self.failed);
+    }
+}
+
+impl Dest {
+    fn write(&mut self, bytes: Vec<u8>, permits: u32, failed: &mut bool) {
+        match self {
+            Dest::Inline(out) => {
+                if let Err(err) = out.write_all(&bytes).and_then(|()| out.flush()) {
+                    if !*failed {
+                        *failed = true;
+                        tracing::warn!(%err, "run log write failed; further log output may be lost");
+                    }
+                }
+            }
+            Dest::Thread { to_writer, .. } => {
+                // The thread only ends when every sender is gone.
+                let _ = to_writer.send(Message::Write(bytes, permits));
+            }
+        }
+    }
+}
+
+/// An `AsyncWrite` into a run log's step output; see [`RunLog::writer`].
+pub struct LogOutput {
+    log: RunLog,
+    budget: Option<PollSemaphore>,
+}
+
+impl AsyncWrite for LogOutput {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let piece = &buf[..buf.len().min(LOG_BUDGET)];
+        let permits = budget_permits(piece);
+        if let Some(budget) = self.budget.as_mut() {
+            if let Some(taken) = ready!(budget.poll_acquire_many(cx, permits)) {
+                taken.forget();
+            }
+        }
+        self.log.write_output(piece, permits);
+        Poll::Ready(Ok(piece.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -229,14 +453,86 @@ impl Write for MemoryLog {
 mod tests {
     use super::*;
 
-    #[test]
-    fn runner_lines_start_on_a_fresh_line() {
+    #[tokio::test]
+    async fn runner_lines_start_on_a_fresh_line() {
         let (log, mem) = RunLog::memory();
-        log.output(b"no newline");
+        log.output(b"no newline").await;
         log.step_finished("a", "success", Some(0), Duration::from_millis(1500));
         assert_eq!(
             mem.text(),
             "no newline\n==> step a: success (exit 0, 1.500s)\n"
+        );
+    }
+
+    /// A destination that takes nothing until it is opened (or, so a
+    /// runner that blocks on it cannot hang the test, ten seconds pass).
+    #[derive(Clone)]
+    struct Gate {
+        open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+        got: MemoryLog,
+    }
+
+    impl Gate {
+        fn open(&self) {
+            let (lock, opened) = &*self.open;
+            *lock.lock().unwrap() = true;
+            opened.notify_all();
+        }
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let (lock, opened) = &*self.open;
+            let open = lock.lock().unwrap();
+            let _open = opened
+                .wait_timeout_while(open, Duration::from_secs(10), |open| !*open)
+                .unwrap();
+            self.got.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stalled_destination_holds_back_output_but_never_the_runtime() {
+        let gate = Gate {
+            open: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
+            got: MemoryLog::default(),
+        };
+        let log = RunLog::new(gate.clone());
+        let chunk = vec![b'x'; 64 * 1024];
+        let writer = log.clone();
+        let flood = tokio::spawn(async move {
+            for _ in 0..64 {
+                writer.output(&chunk).await;
+            }
+        });
+        // A timer on the same single thread fires while the log is stalled
+        // (a log that wrote inline would hold the thread until the gate's
+        // own ten seconds, and the flood would be done by then).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !flood.is_finished(),
+            "4 MiB went into a stalled log: it blocked the runtime or queued without bound"
+        );
+        log.line("runner lines never wait");
+        assert!(
+            !log.flush(Duration::from_millis(100)).await,
+            "a stalled log is not flushed"
+        );
+
+        gate.open();
+        flood.await.unwrap();
+        assert!(log.flush(Duration::from_secs(5)).await);
+        let text = gate.got.text();
+        assert_eq!(
+            text.len(),
+            64 * 64 * 1024 + "\n==> runner lines never wait\n".len()
+        );
+        assert!(
+            text.contains("x\n==> runner lines never wait\nx"),
+            "in order"
         );
     }
 }

@@ -388,19 +388,27 @@ impl Executor for DockerExecutor {
         let exec_id = self.engine.exec_create(id, &exec).await?;
         let mut output = self.engine.exec_start(&exec_id).await?;
         let mut stream_error = None;
-        loop {
-            tokio::select! {
-                chunk = output.next() => match chunk {
-                    Some(Ok(bytes)) => log.output(&bytes),
-                    Some(Err(err)) => { stream_error = Some(err); break; }
-                    None => break,
-                },
-                _ = interrupt.cancelled() => {
-                    drop(output);
-                    self.kill_step(id, &pid_file, &exec_id).await;
-                    return Ok(CommandOutcome::Interrupted);
+        // A slow log holds the output back (back-pressure on the step); an
+        // interrupt still ends it at once.
+        let pump = async {
+            while let Some(chunk) = output.next().await {
+                match chunk {
+                    Ok(bytes) => log.output(&bytes).await,
+                    Err(err) => {
+                        stream_error = Some(err);
+                        break;
+                    }
                 }
             }
+        };
+        let interrupted = tokio::select! {
+            () = pump => false,
+            _ = interrupt.cancelled() => true,
+        };
+        if interrupted {
+            drop(output);
+            self.kill_step(id, &pid_file, &exec_id).await;
+            return Ok(CommandOutcome::Interrupted);
         }
         let state = match self.settled(&exec_id).await {
             Ok(state) => state,

@@ -81,8 +81,15 @@ pub async fn drive(
             _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
             msg = conn.socket.next() => match msg {
                 Some(Ok(Message::Binary(data))) => match data.first() {
-                    Some(&STDOUT) => stdout.write_all(&data[1..]).await.map_err(write_err)?,
-                    Some(&STDERR) => stderr.write_all(&data[1..]).await.map_err(write_err)?,
+                    // A slow log holds the output back; an interrupt still ends it.
+                    Some(&STDOUT) => tokio::select! {
+                        written = stdout.write_all(&data[1..]) => written.map_err(write_err)?,
+                        _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+                    },
+                    Some(&STDERR) => tokio::select! {
+                        written = stderr.write_all(&data[1..]) => written.map_err(write_err)?,
+                        _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+                    },
                     Some(&ERROR) => return Ok(parse_status(&data[1..])),
                     _ => {}
                 },
@@ -133,32 +140,6 @@ async fn send(conn: &mut ExecConnection, frame: Vec<u8>) -> Result<(), ExecutorE
         .send(Message::binary(frame))
         .await
         .map_err(|e| ExecutorError::backend("writing to the exec", e))
-}
-
-/// An `AsyncWrite` into the run log.
-pub struct LogWriter(pub executor_core::RunLog);
-
-impl AsyncWrite for LogWriter {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.0.output(buf);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
 }
 
 #[cfg(test)]

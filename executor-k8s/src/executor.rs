@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
-use crate::exec::{drive, Ended, LogWriter};
+use crate::exec::{drive, Ended};
 use crate::job::{objects, runner_selector, step_key, CONTAINER, STATE_DIR};
 use crate::{wait, K8sOptions};
 
@@ -397,8 +397,8 @@ impl Executor for K8sExecutor {
             .cluster
             .exec(&live.pod, CONTAINER, &argv, false)
             .await?;
-        let mut out = LogWriter(log.clone());
-        let mut err = LogWriter(log.clone());
+        let mut out = log.writer();
+        let mut err = log.writer();
         let ended = drive(
             conn,
             None,

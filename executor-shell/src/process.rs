@@ -133,7 +133,7 @@ async fn drain(mut from: impl AsyncRead + Unpin, log: RunLog) {
     loop {
         match from.read(&mut buf).await {
             Ok(0) => return,
-            Ok(n) => log.output(&buf[..n]),
+            Ok(n) => log.output(&buf[..n]).await,
             Err(err) => {
                 tracing::warn!(%err, "reading step output failed");
                 return;

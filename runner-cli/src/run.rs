@@ -15,6 +15,10 @@ use crate::args::{CleanupArgs, ExecutorKind, RunArgs};
 use crate::backends::{self, BackendOptions, BuildError};
 use crate::{EXIT_CANCELLED, EXIT_INFRA, EXIT_INPUT};
 
+/// How long the end of a run waits for a log destination that takes no
+/// bytes at all (a reader that stopped reading) before giving up on it.
+const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs and returns the process exit code.
 pub async fn run(args: RunArgs) -> i32 {
     let started_at = OffsetDateTime::now_utc();
@@ -107,7 +111,16 @@ pub async fn run(args: RunArgs) -> i32 {
     if args.dry_run {
         return 0;
     }
-    if let Err(err) = result.write_to(&args.result) {
+    // The result first: it is the record, and a log whose reader stopped
+    // reading must not hold it back.
+    let written = result.write_to(&args.result);
+    if !log.flush(LOG_PATIENCE).await {
+        say!(
+            "runner-cli: the run log {} took nothing for {LOG_PATIENCE:?}; its end is lost",
+            args.log
+        );
+    }
+    if let Err(err) = written {
         say!("runner-cli: {err}");
         return EXIT_INFRA;
     }

@@ -631,3 +631,55 @@ fn secrets_that_cannot_be_taken_are_exit_2_naming_them() {
         assert!(!case.log().contains("true"), "no step ran");
     }
 }
+
+/// The runner with `--log -` into a reader that stopped reading: the
+/// run's timeout and a signal still end it, with a result. A runner that
+/// wrote its log on the runtime's thread would hang here until the
+/// watchdog below.
+#[tokio::test]
+async fn a_stalled_log_reader_holds_back_output_but_not_timeouts_or_signals() {
+    const FLOOD: &str = "flood\tyes 0123456789 | head -c 20000000; exec sleep 600\n";
+    const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(90);
+
+    let case = Case::new();
+    let mut cmd = case.run(FLOOD, &["--log", "-", "--timeout", "3s"]);
+    cmd.stdout(Stdio::piped());
+    let mut child = tokio::process::Command::from(cmd).spawn().unwrap();
+    let _unread = child.stdout.take();
+    let status = tokio::time::timeout(WATCHDOG, child.wait())
+        .await
+        .expect("the run timeout did not end a run whose log reader stalled")
+        .unwrap();
+    assert_eq!(status.code(), Some(124));
+    assert_eq!(case.result().status, executor_core::RunStatus::Timeout);
+
+    let case = Case::new();
+    let mut cmd = case.run(FLOOD, &["--log", "-"]);
+    cmd.stdout(Stdio::piped());
+    let mut child = tokio::process::Command::from(cmd).spawn().unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("0123456789") {
+        line.clear();
+        let n = tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line)
+            .await
+            .unwrap();
+        assert!(n > 0, "the run ended before its step printed");
+    }
+    // From here nobody reads: the pipe and the log's budget fill up.
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(WATCHDOG, child.wait())
+        .await
+        .expect("SIGTERM did not end a run whose log reader stalled")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(case.result().status, executor_core::RunStatus::Cancelled);
+    let left: Vec<_> = walkdir::WalkDir::new(case.path("roots"))
+        .min_depth(2)
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(stdout);
+}

@@ -96,7 +96,7 @@ struct LogState {
 impl WatchedLog {
     /// A run log writing here.
     pub fn run_log(&self) -> RunLog {
-        RunLog::new(self.clone())
+        RunLog::inline(self.clone())
     }
     /// The kept text.
     pub fn text(&self) -> String {
