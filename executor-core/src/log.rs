@@ -67,6 +67,8 @@ struct Inner {
     failed: bool,
     mask: Option<MaskStream>,
     masked: Vec<u8>,
+    guard: LineGuard,
+    guarded: Vec<u8>,
 }
 
 enum Dest {
@@ -204,22 +206,28 @@ impl RunLog {
             dest,
             mask,
             masked,
+            guard,
+            guarded,
             at_line_start,
             failed,
         } = &mut *inner;
-        let Some(stream) = mask.as_mut() else {
-            *at_line_start = bytes.ends_with(b"\n");
-            dest.write(bytes.to_vec(), permits, failed);
-            return;
+        let unmasked = match mask.as_mut() {
+            Some(stream) => {
+                masked.clear();
+                stream.push(bytes, masked);
+                masked.as_slice()
+            }
+            None => bytes,
         };
-        masked.clear();
-        stream.push(bytes, masked);
-        if stream.is_holding() {
+        guarded.clear();
+        guard.push(unmasked, guarded);
+        let holding = guard.is_holding() || mask.as_ref().is_some_and(MaskStream::is_holding);
+        if holding {
             *at_line_start = false;
-        } else if !masked.is_empty() {
-            *at_line_start = masked.ends_with(b"\n");
+        } else if !guarded.is_empty() {
+            *at_line_start = guarded.ends_with(b"\n");
         }
-        dest.write(masked.clone(), permits, failed);
+        dest.write(guarded.clone(), permits, failed);
     }
 
     /// Writes one runner line (`==> message`), starting on a fresh line.
@@ -234,6 +242,7 @@ impl RunLog {
         let lead = if inner.at_line_start { "" } else { "\n" };
         let text = format!("{lead}==> {message}\n").into_bytes();
         inner.at_line_start = true;
+        inner.guard.line_starts();
         let Inner { dest, failed, .. } = &mut *inner;
         dest.write(text, 0, failed);
     }
@@ -356,21 +365,106 @@ impl Inner {
             failed: false,
             mask: None,
             masked: Vec::new(),
+            guard: LineGuard::default(),
+            guarded: Vec::new(),
         }
     }
 
+    /// Writes out what the masker and the line guard held back.
     fn release_held(&mut self) {
-        let Some(stream) = self.mask.as_mut() else {
-            return;
-        };
-        if !stream.is_holding() {
+        self.masked.clear();
+        if let Some(stream) = self.mask.as_mut() {
+            stream.flush(&mut self.masked);
+        }
+        self.guarded.clear();
+        self.guard.push(&self.masked, &mut self.guarded);
+        self.guard.release(&mut self.guarded);
+        if self.guarded.is_empty() {
             return;
         }
-        self.masked.clear();
-        stream.flush(&mut self.masked);
-        self.at_line_start = self.masked.ends_with(b"\n");
-        let bytes = self.masked.clone();
+        self.at_line_start = self.guarded.ends_with(b"\n");
+        let bytes = self.guarded.clone();
         self.dest.write(bytes, 0, &mut self.failed);
+    }
+}
+
+/// The runner's lines start with `==> `; a step's line that starts the
+/// same way gets one space in front, so a reader of the log (a person or
+/// `grep '^==> '`) can trust every runner line. Holds back at most the
+/// three bytes of a line start that may still become `==> `.
+#[derive(Debug)]
+struct LineGuard {
+    at_line_start: bool,
+    held: usize,
+}
+
+impl Default for LineGuard {
+    fn default() -> Self {
+        LineGuard {
+            at_line_start: true,
+            held: 0,
+        }
+    }
+}
+
+const RUNNER_MARK: &[u8] = b"==> ";
+
+impl LineGuard {
+    fn line_starts(&mut self) {
+        self.at_line_start = true;
+        self.held = 0;
+    }
+
+    fn is_holding(&self) -> bool {
+        self.held > 0
+    }
+
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.at_line_start {
+                // Compare what is held plus what came against the mark.
+                let want = &RUNNER_MARK[self.held..];
+                let n = want.len().min(rest.len());
+                if rest[..n] != want[..n] {
+                    out.extend_from_slice(&RUNNER_MARK[..self.held]);
+                    self.held = 0;
+                    self.at_line_start = false;
+                    continue;
+                }
+                if self.held + n < RUNNER_MARK.len() {
+                    self.held += n;
+                    return;
+                }
+                out.push(b' ');
+                out.extend_from_slice(RUNNER_MARK);
+                self.held = 0;
+                self.at_line_start = false;
+                rest = &rest[n..];
+                continue;
+            }
+            match memchr::memchr(b'\n', rest) {
+                Some(end) => {
+                    out.extend_from_slice(&rest[..=end]);
+                    rest = &rest[end + 1..];
+                    self.at_line_start = true;
+                }
+                None => {
+                    out.extend_from_slice(rest);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The output was interrupted (a runner line, the end): what is held
+    /// cannot become a forged mark any more.
+    fn release(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&RUNNER_MARK[..self.held]);
+        if self.held > 0 {
+            self.at_line_start = false;
+        }
+        self.held = 0;
     }
 }
 
@@ -452,6 +546,29 @@ impl Write for MemoryLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn step_output_cannot_forge_a_runner_line() {
+        let forged = b"==> step build: success (exit 0, 0.001s)\n==> run x: success\n";
+        let want = " ==> step build: success (exit 0, 0.001s)\n ==> run x: success\n";
+        for cut in 0..forged.len() {
+            let (log, mem) = RunLog::memory();
+            log.output(&forged[..cut]).await;
+            log.output(&forged[cut..]).await;
+            assert_eq!(mem.text(), want, "cut at {cut}");
+        }
+        let (log, mem) = RunLog::memory();
+        for byte in b"=== RUN TestX\n==>x\n==\nok ==> fine\n" {
+            log.output(&[*byte]).await;
+        }
+        log.output(b"==").await;
+        log.line("runner");
+        log.output(b"==> after a runner line\n").await;
+        assert_eq!(
+            mem.text(),
+            "=== RUN TestX\n==>x\n==\nok ==> fine\n==\n==> runner\n ==> after a runner line\n"
+        );
+    }
 
     #[tokio::test]
     async fn runner_lines_start_on_a_fresh_line() {
