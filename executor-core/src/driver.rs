@@ -18,18 +18,12 @@ use crate::{
 /// driver gives up on it.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
-/// How long bringing the outputs back may take. Generous: outputs are
-/// often large (screenshots, builds) and must come back after a failure.
-pub const DEFAULT_OUTPUTS_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-
 /// Options of [`run_with`].
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
     /// How long an interrupted operation may take to wind down, and the
     /// limit of `stop`.
     pub grace: Duration,
-    /// The limit of `outputs`.
-    pub outputs_timeout: Duration,
     /// Where the run's caches live on the host; `None` skips them.
     pub caches: Option<CacheStore>,
 }
@@ -38,7 +32,6 @@ impl Default for DriverOptions {
     fn default() -> Self {
         DriverOptions {
             grace: DEFAULT_GRACE,
-            outputs_timeout: DEFAULT_OUTPUTS_TIMEOUT,
             caches: None,
         }
     }
@@ -216,7 +209,7 @@ pub async fn run_with(
     log.line("collecting outputs");
     let outputs_began = Instant::now();
     let collected = tokio::time::timeout(
-        options.outputs_timeout,
+        spec.outputs_timeout,
         executor.outputs(&handle, &spec.outputs),
     )
     .await;
@@ -246,10 +239,7 @@ pub async fn run_with(
             note_error(&mut status, &mut error, format!("outputs: {err}"));
         }
         Err(_) => {
-            let msg = format!(
-                "outputs: not collected within {:?}",
-                options.outputs_timeout
-            );
+            let msg = format!("outputs: not collected within {:?}", spec.outputs_timeout);
             log.line(&msg);
             note_error(&mut status, &mut error, msg);
         }

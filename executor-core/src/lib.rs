@@ -33,7 +33,7 @@ pub mod tar;
 pub mod text;
 
 pub use cache::{CacheResult, CacheSpec, CacheStore, Trust};
-pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE, DEFAULT_OUTPUTS_TIMEOUT};
+pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};
 pub use error::ExecutorError;
 #[cfg(feature = "mock")]
 pub use executor::MockExecutor;
@@ -41,7 +41,8 @@ pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHan
 pub use log::{MemoryLog, RunLog};
 pub use mask::{Masker, Secret};
 pub use model::{
-    validate_env_key, RunSpec, Step, DEFAULT_RUN_TIMEOUT, DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
+    validate_env_key, RunSpec, Step, DEFAULT_OUTPUTS_TIMEOUT, DEFAULT_RUN_TIMEOUT,
+    DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
 };
 pub use result::{
     manifest, media_type, OutputFile, Phases, RunResult, RunStatus, StepResult, StepStatus,

@@ -76,6 +76,10 @@ pub struct RunSpec {
     pub run_timeout: Duration,
     /// Limit of each step.
     pub step_timeout: Duration,
+    /// Limit of bringing the outputs back, after the steps (and after the
+    /// run timeout, when that is what ended them): outputs matter most
+    /// after a failure.
+    pub outputs_timeout: Duration,
     /// Caches restored before the first step and saved after the last.
     pub caches: Vec<crate::CacheSpec>,
     /// Whether the steps are trusted code; an untrusted run's cache saves
@@ -87,6 +91,9 @@ pub struct RunSpec {
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Default step timeout: the run timeout.
 pub const DEFAULT_STEP_TIMEOUT: Duration = DEFAULT_RUN_TIMEOUT;
+/// Default outputs timeout: 15 minutes. Generous: outputs are often large
+/// (screenshots, builds) and must come back after a failure.
+pub const DEFAULT_OUTPUTS_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The longest run or step timeout accepted: 30 days. Longer ones are
 /// refused rather than overflowing a clock or an expiry label.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -111,6 +118,7 @@ impl RunSpec {
             secrets: Vec::new(),
             run_timeout: DEFAULT_RUN_TIMEOUT,
             step_timeout: DEFAULT_STEP_TIMEOUT,
+            outputs_timeout: DEFAULT_OUTPUTS_TIMEOUT,
             caches: Vec::new(),
             trust: crate::Trust::Trusted,
         }
@@ -154,6 +162,21 @@ impl RunSpec {
         self
     }
 
+    /// How long the run's environment may be needed at most: the run
+    /// timeout, then the outputs phase. A backend's own deadline and
+    /// expiry for the environment must not be shorter, or a cleanup (or
+    /// the cluster) could remove a live run while its outputs come back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let spec = executor_core::RunSpec::new("r", "did:plc:r", ".", "out")
+    ///     .timeouts(Duration::from_secs(600), Duration::from_secs(60));
+    /// assert_eq!(spec.lifetime(), Duration::from_secs(600 + 15 * 60));
+    /// ```
+    pub fn lifetime(&self) -> Duration {
+        self.run_timeout.saturating_add(self.outputs_timeout)
+    }
+
     /// The masker of this run's secret values.
     pub fn masker(&self) -> Masker {
         Masker::new(self.secrets.iter().map(|(_, v)| v))
@@ -187,15 +210,17 @@ impl RunSpec {
                 self.runner
             ));
         }
-        if self.run_timeout.is_zero() || self.step_timeout.is_zero() {
+        let timeouts = [self.run_timeout, self.step_timeout, self.outputs_timeout];
+        if timeouts.iter().any(Duration::is_zero) {
             return bad("timeouts must be greater than zero".into());
         }
-        if self.run_timeout > MAX_TIMEOUT || self.step_timeout > MAX_TIMEOUT {
+        if timeouts.iter().any(|t| *t > MAX_TIMEOUT) {
             return bad(format!(
-                "timeouts are at most {} days (run_timeout {:?}, step_timeout {:?})",
+                "timeouts are at most {} days (run_timeout {:?}, step_timeout {:?}, outputs_timeout {:?})",
                 MAX_TIMEOUT.as_secs() / 86400,
                 self.run_timeout,
-                self.step_timeout
+                self.step_timeout,
+                self.outputs_timeout
             ));
         }
         let mut seen = std::collections::HashSet::new();

@@ -77,9 +77,12 @@ impl DockerExecutor {
     }
 
     fn container_spec(&self, run: &RunSpec, image: &str) -> ContainerSpec {
-        let expires = executor_core::labels::unix_now()
-            + run.run_timeout.as_secs()
-            + self.options.expiry_grace.as_secs();
+        // The container outlives every phase the driver may still use it for.
+        let expires = executor_core::labels::unix_now().saturating_add(
+            run.lifetime()
+                .saturating_add(self.options.expiry_grace)
+                .as_secs(),
+        );
         let labels = HashMap::from([
             (RUNNER_LABEL.to_string(), label_value(&run.runner)),
             (RUN_LABEL.to_string(), label_value(&run.name)),

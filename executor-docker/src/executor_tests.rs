@@ -223,3 +223,26 @@ fn absolute_caches_outside_the_run_folders_get_volumes_of_their_own() {
         ]
     );
 }
+
+#[test]
+fn the_container_outlives_the_outputs_phase_and_holds_secrets_in_its_env_only() {
+    use executor_core::labels::EXPIRES_KEY;
+    use executor_core::mask::Secret;
+    use std::time::Duration;
+
+    let options = DockerOptions::default();
+    let grace = options.expiry_grace.as_secs();
+    let executor = DockerExecutor::with_engine(Arc::new(MockEngine::new()), options);
+    let run = RunSpec::new("r", "did:plc:r", ".", "out")
+        .timeouts(Duration::from_secs(600), Duration::from_secs(60))
+        .secret("TOKEN", Secret::new("s3cr3t-value"));
+    let before = executor_core::labels::unix_now();
+    let container = executor.container_spec(&run, "busybox:local");
+    let expires: u64 = container.labels[EXPIRES_KEY].parse().unwrap();
+    assert!(expires >= before + 600 + run.outputs_timeout.as_secs() + grace);
+    assert_eq!(container.secret_env, run.secrets);
+    let body = serde_json::to_string(&crate::bollard_engine::create_body(&container)).unwrap();
+    assert!(body.contains("TOKEN=s3cr3t-value"), "{body}");
+    let labels = serde_json::to_string(&container.labels).unwrap();
+    assert!(!labels.contains("s3cr3t-value"), "{labels}");
+}

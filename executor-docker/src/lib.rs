@@ -65,8 +65,8 @@ pub struct DockerOptions {
     pub user: Option<String>,
     /// When to pull (`--pull`).
     pub pull: PullPolicy,
-    /// Added to the run timeout for the container's expiry label, after
-    /// which cleanup may remove it.
+    /// Added to the run's lifetime (run timeout plus outputs timeout) for
+    /// the container's expiry label, after which cleanup may remove it.
     pub expiry_grace: Duration,
     /// Caps on what `/outputs` may bring back.
     pub unpack_limits: UnpackLimits,

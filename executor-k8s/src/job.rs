@@ -44,7 +44,8 @@ pub fn objects(
 ) -> Result<RunObjects, String> {
     let image = run.image.clone().ok_or("the k8s executor needs --image")?;
     let name = format!("knotless-{}-{suffix}", dns_name(&[&run.name], 40));
-    let deadline = run.run_timeout.as_secs() + options.grace.as_secs();
+    // The Job outlives every phase the driver may still use it for.
+    let deadline = run.lifetime().saturating_add(options.grace).as_secs();
     let labels = BTreeMap::from([
         (RUNNER_LABEL.to_string(), label_value(&run.runner)),
         (RUN_LABEL.to_string(), label_value(&run.name)),
@@ -166,4 +167,54 @@ pub fn objects(
 /// The selector of every object of `runner`.
 pub fn runner_selector(runner: &str) -> String {
     format!("{RUNNER_LABEL}={}", label_value(runner))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use executor_core::mask::Secret;
+
+    use super::*;
+
+    fn spec() -> RunSpec {
+        RunSpec::new("r", "did:plc:r", ".", "out")
+            .image("busybox:local")
+            .timeouts(Duration::from_secs(600), Duration::from_secs(60))
+            .secret("TOKEN", Secret::new("s3cr3t-value"))
+    }
+
+    #[test]
+    fn the_job_outlives_the_outputs_phase() {
+        let run = spec();
+        let options = K8sOptions::default();
+        let objects = objects(&run, &options, "abc", 1000).unwrap();
+        let job = serde_json::to_value(&objects.job).unwrap();
+        let lives = 600 + run.outputs_timeout.as_secs();
+        let deadline = job["spec"]["activeDeadlineSeconds"].as_u64().unwrap();
+        assert!(deadline >= lives + options.grace.as_secs(), "{deadline}");
+        let expires: u64 = job["metadata"]["annotations"][EXPIRES_KEY]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            expires >= 1000 + lives + options.grace.as_secs(),
+            "{expires}"
+        );
+    }
+
+    #[test]
+    fn secret_values_go_in_the_secret_only() {
+        let objects = objects(&spec(), &K8sOptions::default(), "abc", 1000).unwrap();
+        let job = serde_json::to_string(&objects.job).unwrap();
+        assert!(!job.contains("s3cr3t-value"), "{job}");
+        let secret = objects.secret.unwrap();
+        assert_eq!(
+            secret.string_data.unwrap().get("TOKEN").map(String::as_str),
+            Some("s3cr3t-value")
+        );
+        let meta = serde_json::to_string(&secret.metadata).unwrap();
+        assert!(!meta.contains("s3cr3t-value"), "{meta}");
+    }
 }

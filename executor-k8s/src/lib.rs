@@ -65,7 +65,8 @@ pub struct K8sOptions {
     pub isolate: bool,
     /// How long the pod may take to be Ready (a node may be rented meanwhile).
     pub pod_timeout: Duration,
-    /// Added to the run timeout for `activeDeadlineSeconds` and the expiry.
+    /// Added to the run's lifetime ([`RunSpec::lifetime`](executor_core::RunSpec::lifetime):
+    /// run timeout plus outputs timeout) for `activeDeadlineSeconds` and the expiry.
     pub grace: Duration,
     /// `ttlSecondsAfterFinished`: the cluster's own clean-up of a Job that ended.
     pub ttl_after_finished: Duration,

@@ -482,16 +482,14 @@ async fn outputs_that_never_finish_end_at_the_outputs_timeout_and_still_stop() {
         hang_in_outputs: true,
         entered: Arc::new(Notify::new()),
     };
-    let options = DriverOptions {
-        outputs_timeout: Duration::from_millis(100),
-        ..DriverOptions::default()
-    };
+    let mut spec = spec(out.path(), &["a"]);
+    spec.outputs_timeout = Duration::from_millis(100);
     let result = run_with(
         &fake,
-        &spec(out.path(), &["a"]),
+        &spec,
         &RunLog::discard(),
         CancellationToken::new(),
-        &options,
+        &DriverOptions::default(),
     )
     .await;
     assert_valid_result(&result);
