@@ -101,7 +101,7 @@ impl Engine for BollardEngine {
     }
 
     async fn pull(&self, image: &str) -> Result<(), ExecutorError> {
-        let (repo, tag) = split_tag(image);
+        let (repo, tag) = pull_reference(image);
         let options = CreateImageOptions {
             from_image: Some(repo.to_string()),
             tag: Some(tag.to_string()),
@@ -342,11 +342,28 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
                     .collect(),
             ),
             privileged: Some(false),
+            pids_limit: spec.pids_limit,
+            cap_drop: (!spec.cap_drop.is_empty()).then(|| spec.cap_drop.clone()),
+            cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
+            readonly_rootfs: spec.read_only.then_some(true),
+            tmpfs: spec.read_only.then(|| {
+                HashMap::from([("/tmp".to_string(), "rw,nosuid,nodev,mode=1777".to_string())])
+            }),
             // A minimal init reaps what steps leave behind.
             init: Some(true),
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// What the engine's pull takes for `image`: the repository, and the tag
+/// or, for a reference pinned by digest (`repo[:tag]@sha256:...`), the
+/// digest, as the docker CLI sends them.
+fn pull_reference(image: &str) -> (&str, &str) {
+    match image.split_once('@') {
+        Some((name, digest)) => (split_tag(name).0, digest),
+        None => split_tag(image),
     }
 }
 
@@ -371,5 +388,21 @@ mod tests {
             super::split_tag("r:5000/busybox"),
             ("r:5000/busybox", "latest")
         );
+    }
+
+    #[test]
+    fn digests() {
+        let digest = "sha256:0f0b1e5a3ea1a1a6c6ec1d3aa8d5e0e4e5f5e1f0e6e9c8f7b6a5d4c3b2a1f0e9";
+        for (image, repo) in [
+            (format!("busybox@{digest}"), "busybox"),
+            (format!("busybox:1.36@{digest}"), "busybox"),
+            (
+                format!("r:5000/team/busybox@{digest}"),
+                "r:5000/team/busybox",
+            ),
+        ] {
+            assert_eq!(super::pull_reference(&image), (repo, digest), "{image}");
+        }
+        assert_eq!(super::pull_reference("busybox:1"), ("busybox", "1"));
     }
 }

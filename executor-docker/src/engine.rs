@@ -38,6 +38,14 @@ pub struct ContainerSpec {
     pub security_opt: Vec<String>,
     /// Anonymous volumes mounted at these paths; removed with the container.
     pub volumes: Vec<String>,
+    /// `PidsLimit`.
+    pub pids_limit: Option<i64>,
+    /// `CapDrop`.
+    pub cap_drop: Vec<String>,
+    /// `CapAdd`.
+    pub cap_add: Vec<String>,
+    /// `ReadonlyRootfs`, with a `/tmp` tmpfs.
+    pub read_only: bool,
     /// The run's secret variables, in the container's own environment:
     /// given once in the create call, never in an exec's arguments.
     pub secret_env: Vec<(String, executor_core::Secret)>,

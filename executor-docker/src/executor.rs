@@ -112,6 +112,10 @@ impl DockerExecutor {
             network_mode: self.options.network.clone(),
             security_opt: vec!["no-new-privileges".into()],
             volumes: run_volumes(run),
+            pids_limit: self.options.pids_limit,
+            cap_drop: self.options.cap_drop.clone(),
+            cap_add: self.options.cap_add.clone(),
+            read_only: self.options.read_only,
             secret_env: run.secrets.clone(),
         }
     }
@@ -154,15 +158,34 @@ impl DockerExecutor {
         }
         what.push_str(", empty /outputs and ");
         what.push_str(STATE_DIR);
-        let folders = vec![
-            PackedFolder::new("work", 0o755, Some(&run.checkout)),
-            PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
-            PackedFolder::new("outputs", 0o755, None),
-            PackedFolder::new(&STATE_DIR[1..], 0o1777, None),
-        ];
-        self.engine
-            .upload(id, "/", &what, pack_folders(folders))
-            .await?;
+        if self.options.read_only {
+            // The engine takes no upload to a read-only `/`, only into the
+            // volumes: one upload per filled folder, and the state folder
+            // opened to every user as the single upload would have.
+            let checkout = format!("the checkout {} as /work", run.checkout.display());
+            self.engine
+                .upload(id, "/work", &checkout, pack_dir(&run.checkout))
+                .await?;
+            if let Some(steps) = &run.steps_dir {
+                let what = format!("the steps {} as /steps", steps.display());
+                self.engine
+                    .upload(id, "/steps", &what, pack_dir(steps))
+                    .await?;
+            }
+            let chmod = format!("chmod 1777 {STATE_DIR}");
+            self.exec_as_root(id, &chmod, "opening the state folder")
+                .await?;
+        } else {
+            let folders = vec![
+                PackedFolder::new("work", 0o755, Some(&run.checkout)),
+                PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
+                PackedFolder::new("outputs", 0o755, None),
+                PackedFolder::new(&STATE_DIR[1..], 0o1777, None),
+            ];
+            self.engine
+                .upload(id, "/", &what, pack_folders(folders))
+                .await?;
+        }
         if let Some(user) = &self.options.user {
             // Uploaded files belong to root; the steps run as the user.
             let chown = format!(

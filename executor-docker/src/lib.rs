@@ -39,6 +39,10 @@ pub use bollard_engine::BollardEngine;
 pub use dry_run::DryRunEngine;
 pub use executor::DockerExecutor;
 
+/// The default pids limit: room for any build's parallel jobs, far from
+/// what a fork bomb needs to starve the host.
+pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+
 /// When the image is pulled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PullPolicy {
@@ -65,6 +69,17 @@ pub struct DockerOptions {
     pub user: Option<String>,
     /// When to pull (`--pull`).
     pub pull: PullPolicy,
+    /// Most processes (and threads) the container may hold (`--pids-limit`):
+    /// a fork bomb in a step stops there instead of taking the host.
+    /// `None` is the engine's default (unlimited).
+    pub pids_limit: Option<i64>,
+    /// Capabilities dropped from the container (`--cap-drop`), e.g. `ALL`.
+    pub cap_drop: Vec<String>,
+    /// Capabilities added to the container (`--cap-add`).
+    pub cap_add: Vec<String>,
+    /// A read-only root filesystem (`--read-only`): only the run's folders,
+    /// its cache volumes and a `/tmp` tmpfs are writable.
+    pub read_only: bool,
     /// Added to the run's lifetime (run timeout plus outputs timeout) for
     /// the container's expiry label, after which cleanup may remove it.
     pub expiry_grace: Duration,
@@ -80,6 +95,10 @@ impl Default for DockerOptions {
             network: None,
             user: None,
             pull: PullPolicy::Missing,
+            pids_limit: Some(DEFAULT_PIDS_LIMIT),
+            cap_drop: Vec::new(),
+            cap_add: Vec::new(),
+            read_only: false,
             expiry_grace: Duration::from_secs(300),
             unpack_limits: UnpackLimits::default(),
         }

@@ -166,6 +166,10 @@ async fn expired_containers_are_removed_by_the_default_cleanup() {
         network_mode: Some("none".into()),
         security_opt: vec![],
         volumes: vec![],
+        pids_limit: None,
+        cap_drop: vec![],
+        cap_add: vec![],
+        read_only: false,
         secret_env: vec![],
     };
     let id = engine.create(&spec).await.unwrap();

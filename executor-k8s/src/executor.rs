@@ -144,7 +144,16 @@ impl K8sExecutor {
         if known != Some(false) {
             // v5, or not known yet: the plain command, learning the protocol
             // from the connection itself.
-            let argv: Vec<String> = vec!["tar".into(), "x".into(), "-C".into(), target.into()];
+            // `-o`: files belong to whoever extracts them. The pod drops every
+            // capability, so root cannot give them the host's owners (GNU
+            // tar would fail on that; busybox ignores it).
+            let argv: Vec<String> = vec![
+                "tar".into(),
+                "x".into(),
+                "-o".into(),
+                "-C".into(),
+                target.into(),
+            ];
             let conn = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
             *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.v5);
             if conn.v5 {
@@ -163,7 +172,7 @@ impl K8sExecutor {
         let argv = vec![
             "sh".into(),
             "-c".into(),
-            "head -c \"$0\" | tar x -C \"$1\"".into(),
+            "head -c \"$0\" | tar x -o -C \"$1\"".into(),
             size.to_string(),
             target.into(),
         ];

@@ -103,7 +103,7 @@ pub fn objects(
                 {"name": "STEPS_DIR", "value": "/steps"},
                 {"name": "OUTPUTS_DIR", "value": "/outputs"},
             ],
-            "securityContext": {"allowPrivilegeEscalation": false},
+            "securityContext": security_context(options),
             "resources": resources,
             "volumeMounts": [
                 {"name": "work", "mountPath": "/work"},
@@ -164,6 +164,29 @@ pub fn objects(
     })
 }
 
+/// The step container's security context: no privilege escalation, no
+/// capability but those asked for, the runtime's default seccomp profile.
+fn security_context(options: &K8sOptions) -> serde_json::Value {
+    let mut context = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    });
+    if !options.cap_add.is_empty() {
+        context["capabilities"]["add"] = json!(options.cap_add);
+    }
+    if let Some(uid) = options.run_as_user {
+        context["runAsUser"] = json!(uid);
+    }
+    if let Some(gid) = options.run_as_group {
+        context["runAsGroup"] = json!(gid);
+    }
+    if options.run_as_non_root {
+        context["runAsNonRoot"] = json!(true);
+    }
+    context
+}
+
 /// The selector of every object of `runner`.
 pub fn runner_selector(runner: &str) -> String {
     format!("{RUNNER_LABEL}={}", label_value(runner))
@@ -202,6 +225,33 @@ mod tests {
             expires >= 1000 + lives + options.grace.as_secs(),
             "{expires}"
         );
+    }
+
+    #[test]
+    fn the_step_container_drops_every_capability_unless_asked() {
+        let container = |options: &K8sOptions| {
+            let job = objects(&spec(), options, "abc", 1000).unwrap().job;
+            serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"]["containers"][0]
+                ["securityContext"]
+                .clone()
+        };
+        let plain = container(&K8sOptions::default());
+        assert_eq!(plain["capabilities"], json!({"drop": ["ALL"]}));
+        assert_eq!(plain["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(plain["allowPrivilegeEscalation"], false);
+        assert!(plain.get("runAsNonRoot").is_none());
+        let options = K8sOptions {
+            cap_add: vec!["CHOWN".into()],
+            run_as_user: Some(1000),
+            run_as_group: Some(1000),
+            run_as_non_root: true,
+            ..K8sOptions::default()
+        };
+        let asked = container(&options);
+        assert_eq!(asked["capabilities"]["add"], json!(["CHOWN"]));
+        assert_eq!(asked["runAsUser"], 1000);
+        assert_eq!(asked["runAsGroup"], 1000);
+        assert_eq!(asked["runAsNonRoot"], true);
     }
 
     #[test]

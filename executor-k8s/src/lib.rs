@@ -63,6 +63,17 @@ pub struct K8sOptions {
     /// Required pod anti-affinity against every other run's pod on
     /// `kubernetes.io/hostname`: a node to itself.
     pub isolate: bool,
+    /// Capabilities added back to the step container, which drops all of
+    /// them (`capabilities.drop: [ALL]`), e.g. `CHOWN`, `SETUID`,
+    /// `SETGID` for a step that installs packages as root.
+    pub cap_add: Vec<String>,
+    /// `securityContext.runAsUser` of the step container.
+    pub run_as_user: Option<i64>,
+    /// `securityContext.runAsGroup` of the step container.
+    pub run_as_group: Option<i64>,
+    /// `securityContext.runAsNonRoot`: the kubelet refuses to start the
+    /// pod if it would run as root.
+    pub run_as_non_root: bool,
     /// How long the pod may take to be Ready (a node may be rented meanwhile).
     pub pod_timeout: Duration,
     /// Added to the run's lifetime ([`RunSpec::lifetime`](executor_core::RunSpec::lifetime):
@@ -90,6 +101,10 @@ impl Default for K8sOptions {
             service_account: None,
             image_pull_secret: None,
             isolate: false,
+            cap_add: Vec::new(),
+            run_as_user: None,
+            run_as_group: None,
+            run_as_non_root: false,
             pod_timeout: Duration::from_secs(600),
             grace: Duration::from_secs(300),
             ttl_after_finished: Duration::from_secs(600),

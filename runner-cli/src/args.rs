@@ -140,10 +140,32 @@ pub struct RunArgs {
     /// Folder for the shell executor's run folders.
     #[arg(long, env = "RUNNER_SHELL_ROOT")]
     pub shell_root: Option<PathBuf>,
+    /// A capability added to the environment (repeatable; docker, k8s),
+    /// e.g. CHOWN, SETUID and SETGID for a step that installs packages as
+    /// root on k8s, where the step container drops every capability.
+    #[arg(long = "cap-add", value_name = "CAP", value_parser = parse_capability)]
+    pub cap_add: Vec<String>,
     #[command(flatten)]
     pub docker: DockerArgs,
     #[command(flatten)]
     pub k8s: K8sArgs,
+}
+
+/// `CHOWN`, `cap_chown`: the name without `CAP_`, upper case, as both
+/// Docker and Kubernetes take it.
+fn parse_capability(text: &str) -> Result<String, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("CAP_").unwrap_or(&upper);
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        return Err(format!(
+            "{text:?} is not a capability name such as CHOWN or NET_ADMIN"
+        ));
+    }
+    Ok(name.to_string())
 }
 
 /// Flags of the k8s executor.
@@ -182,6 +204,15 @@ pub struct K8sArgs {
     /// Image pull secret of the run's pod.
     #[arg(long)]
     pub image_pull_secret: Option<String>,
+    /// Run the steps as this user id (runAsUser).
+    #[arg(long, value_name = "UID")]
+    pub run_as_user: Option<i64>,
+    /// Run the steps with this group id (runAsGroup).
+    #[arg(long, value_name = "GID")]
+    pub run_as_group: Option<i64>,
+    /// Refuse to start the pod if it would run as root (runAsNonRoot).
+    #[arg(long)]
+    pub run_as_non_root: bool,
     /// Give the run a node to itself (required pod anti-affinity); on by
     /// default for --trigger pull.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
@@ -237,6 +268,17 @@ pub struct DockerArgs {
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "missing")]
     pub pull: Pull,
+    /// Most processes the container may hold; 0 for the engine's default
+    /// (unlimited).
+    #[arg(long, default_value_t = executor_docker::DEFAULT_PIDS_LIMIT)]
+    pub pids_limit: i64,
+    /// A capability dropped from the container (repeatable), e.g. ALL.
+    #[arg(long = "cap-drop", value_name = "CAP", value_parser = parse_capability)]
+    pub cap_drop: Vec<String>,
+    /// A read-only root filesystem: only /work, /steps, /outputs, cache
+    /// volumes and a /tmp tmpfs are writable.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -15,6 +15,8 @@ pub struct BackendOptions<'a> {
     pub shell_root: Option<PathBuf>,
     pub docker: &'a DockerArgs,
     pub k8s: &'a K8sArgs,
+    /// `--cap-add`, for docker and k8s.
+    pub cap_add: &'a [String],
     /// Whether the run is untrusted (pull or queue trigger).
     pub untrusted: bool,
     pub dry_run: bool,
@@ -52,7 +54,7 @@ pub async fn build(
             })
         }
         ExecutorKind::Docker => {
-            let options = docker_options(opts.docker).map_err(BuildError::Input)?;
+            let options = docker_options(opts.docker, opts.cap_add).map_err(BuildError::Input)?;
             if opts.dry_run {
                 return Ok(Box::new(DockerExecutor::dry_run(
                     options,
@@ -68,7 +70,7 @@ pub async fn build(
                 .map_err(|e| BuildError::Infrastructure(e.into()))
         }
         ExecutorKind::K8s => {
-            let options = k8s_options(opts.k8s, opts.untrusted);
+            let options = k8s_options(opts.k8s, opts.cap_add, opts.untrusted);
             if opts.dry_run {
                 let ns = opts
                     .k8s
@@ -100,7 +102,7 @@ pub async fn build(
     }
 }
 
-fn k8s_options(args: &K8sArgs, untrusted: bool) -> K8sOptions {
+fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOptions {
     K8sOptions {
         cpu_request: args.cpu_request.clone(),
         cpu_limit: args.cpu_limit.clone(),
@@ -110,6 +112,10 @@ fn k8s_options(args: &K8sArgs, untrusted: bool) -> K8sOptions {
         tolerations: args.tolerations.clone(),
         service_account: args.service_account.clone(),
         image_pull_secret: args.image_pull_secret.clone(),
+        cap_add: cap_add.to_vec(),
+        run_as_user: args.run_as_user,
+        run_as_group: args.run_as_group,
+        run_as_non_root: args.run_as_non_root,
         // Untrusted code gets a node to itself unless told otherwise.
         isolate: args.isolate.unwrap_or(untrusted),
         pod_timeout: args.pod_timeout,
@@ -117,7 +123,7 @@ fn k8s_options(args: &K8sArgs, untrusted: bool) -> K8sOptions {
     }
 }
 
-fn docker_options(args: &DockerArgs) -> anyhow::Result<DockerOptions> {
+fn docker_options(args: &DockerArgs, cap_add: &[String]) -> anyhow::Result<DockerOptions> {
     if let Some(cpus) = args.cpus {
         if !(cpus > 0.0 && cpus.is_finite()) {
             bail!("--cpus {cpus} must be a positive number such as 0.5 or 2");
@@ -133,6 +139,14 @@ fn docker_options(args: &DockerArgs) -> anyhow::Result<DockerOptions> {
             Pull::Missing => PullPolicy::Missing,
             Pull::Always => PullPolicy::Always,
         },
+        pids_limit: match args.pids_limit {
+            0 => None,
+            n if n > 0 => Some(n),
+            n => bail!("--pids-limit {n} must be a positive number, or 0 for the engine's default"),
+        },
+        cap_drop: args.cap_drop.clone(),
+        cap_add: cap_add.to_vec(),
+        read_only: args.read_only,
         ..DockerOptions::default()
     })
 }

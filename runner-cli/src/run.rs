@@ -45,6 +45,7 @@ pub async fn run(args: RunArgs) -> i32 {
         shell_root: args.shell_root.clone(),
         docker: &args.docker,
         k8s: &args.k8s,
+        cap_add: &args.cap_add,
         untrusted: args.trigger.is_untrusted(),
         dry_run: args.dry_run,
     };
@@ -283,6 +284,7 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
         shell_root: args.shell_root.clone(),
         docker: &docker,
         k8s: &args.k8s,
+        cap_add: &[],
         untrusted: false,
         dry_run: false,
     };

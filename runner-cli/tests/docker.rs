@@ -180,6 +180,7 @@ fn dry_run_prints_every_call_and_writes_nothing() {
         .args(["--name", "dry", "--runner", "did:plc:dry", "--dry-run"])
         .args(["--env", "TOKEN=hunter2", "--cache", "deps=/deps"])
         .args(["--secret", "DEPLOY_TOKEN"])
+        .args(["--cap-drop", "ALL", "--cap-add", "cap_chown", "--read-only"])
         .env("DEPLOY_TOKEN", "dry-run-secret-value")
         .arg("--cache-dir")
         .arg(dir.path().join("caches"))
@@ -198,6 +199,17 @@ fn dry_run_prints_every_call_and_writes_nothing() {
     assert!(!stdout.contains("hunter2"), "{stdout}");
     assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
     assert!(stdout.contains("DEPLOY_TOKEN=[MASKED]"), "{stdout}");
+    for expected in [
+        "\"PidsLimit\": 4096",
+        "\"CapDrop\": [",
+        "\"ALL\"",
+        "\"CapAdd\": [",
+        "\"CHOWN\"",
+        "\"ReadonlyRootfs\": true",
+        "PUT /containers/dry-run-container/archive?path=/work",
+    ] {
+        assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
+    }
     for never in ["caches", "outputs", "result.json"] {
         assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
     }

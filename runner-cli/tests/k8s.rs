@@ -220,6 +220,11 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
             "deps=/deps",
             "--secret",
             "DEPLOY_TOKEN",
+            "--cap-add",
+            "NET_BIND_SERVICE",
+            "--run-as-user",
+            "1000",
+            "--run-as-non-root",
         ])
         .env("DEPLOY_TOKEN", "dry-run-secret-value")
         .arg("--cache-dir")
@@ -249,6 +254,11 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
         "memory: 1Gi",
         "TOKEN",
         "DEPLOY_TOKEN",
+        "- ALL",
+        "- NET_BIND_SERVICE",
+        "type: RuntimeDefault",
+        "runAsUser: 1000",
+        "runAsNonRoot: true",
         "DELETE /apis/batch/v1/namespaces/default/jobs/",
     ] {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");

@@ -274,6 +274,17 @@ impl Kubelet {
                 return Ok(());
             }
         };
+        if let Err(msg) = self.check_non_root(ns, name, container, &image).await {
+            self.set_status(ns, name, waiting("CreateContainerConfigError", &msg));
+            self.event(
+                &pod,
+                "Warning",
+                "Failed",
+                &format!("Error: {msg}"),
+                "kubelet",
+            );
+            return Ok(());
+        }
         let id = self
             .create_container(ns, name, &spec, container, env)
             .await
@@ -299,6 +310,7 @@ impl Kubelet {
             self.set_status(ns, name, waiting("RunContainerError", &e.to_string()));
             return Ok(());
         }
+        self.open_empty_dirs(&id, &spec, container).await;
         let started = timestamp();
         self.set_status(ns, name, |s| {
             s["phase"] = json!("Running");
@@ -458,6 +470,86 @@ impl Kubelet {
         Ok(env)
     }
 
+    /// As the kubelet: `runAsNonRoot` refuses a container that would run
+    /// as root, or whose image names its user so it cannot tell.
+    async fn check_non_root(
+        &self,
+        ns: &str,
+        name: &str,
+        container: &Value,
+        image: &str,
+    ) -> Result<(), String> {
+        let context = &container["securityContext"];
+        if context["runAsNonRoot"] != true {
+            return Ok(());
+        }
+        let cname = container["name"].as_str().unwrap_or("main");
+        let pod = format!("pod: \"{name}_{ns}\", container: {cname}");
+        let uid = match context["runAsUser"].as_i64() {
+            Some(uid) => uid.to_string(),
+            None => {
+                let inspected = self.docker.inspect_image(image).await;
+                let user = inspected
+                    .ok()
+                    .and_then(|i| i.config)
+                    .and_then(|c| c.user)
+                    .unwrap_or_default();
+                let user = user.split(':').next().unwrap_or_default().to_string();
+                if !user.is_empty() && user.parse::<i64>().is_err() {
+                    return Err(format!(
+                        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root ({pod})"
+                    ));
+                }
+                user
+            }
+        };
+        if uid.is_empty() || uid == "0" {
+            return Err(format!(
+                "container has runAsNonRoot and image will run as root ({pod})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// An emptyDir is world-writable (0777), so a container running as any
+    /// user can write it; a fresh Docker volume is root's, 0755.
+    async fn open_empty_dirs(&self, id: &str, spec: &Value, container: &Value) {
+        let empty_dirs: Vec<&str> = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v.get("emptyDir").is_some())
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        let paths: Vec<String> = container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["name"].as_str().is_some_and(|n| empty_dirs.contains(&n)))
+            .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
+            .collect();
+        if paths.is_empty() {
+            return;
+        }
+        let mut cmd = vec!["chmod".to_string(), "0777".to_string()];
+        cmd.extend(paths);
+        let options = bollard::models::ExecConfig {
+            cmd: Some(cmd),
+            user: Some("0".into()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let Ok(exec) = self.docker.create_exec(id, options).await else {
+            return;
+        };
+        if let Ok(bollard::exec::StartExecResults::Attached { mut output, .. }) =
+            self.docker.start_exec(&exec.id, None).await
+        {
+            while output.next().await.is_some() {}
+        }
+    }
+
     async fn create_container(
         &self,
         ns: &str,
@@ -495,7 +587,24 @@ impl Kubelet {
         let memory = container["resources"]["limits"]["memory"]
             .as_str()
             .and_then(parse_quantity);
-        let no_escalation = container["securityContext"]["allowPrivilegeEscalation"] == false;
+        let context = &container["securityContext"];
+        let no_escalation = context["allowPrivilegeEscalation"] == false;
+        let mut security_opt = Vec::new();
+        if no_escalation {
+            security_opt.push("no-new-privileges".to_string());
+        }
+        if context["seccompProfile"]["type"] == "Unconfined" {
+            security_opt.push("seccomp=unconfined".to_string());
+        }
+        let user = match (
+            context["runAsUser"].as_i64(),
+            context["runAsGroup"].as_i64(),
+        ) {
+            (Some(uid), Some(gid)) => Some(format!("{uid}:{gid}")),
+            (Some(uid), None) => Some(uid.to_string()),
+            (None, Some(gid)) => Some(format!("0:{gid}")),
+            (None, None) => None,
+        };
         let labels = HashMap::from([
             (CLUSTER_LABEL.to_string(), self.cluster_id.clone()),
             (
@@ -509,13 +618,16 @@ impl Kubelet {
             cmd: strings(&container["args"]),
             env: Some(env),
             working_dir: container["workingDir"].as_str().map(str::to_string),
+            user,
             labels: Some(labels),
             host_config: Some(HostConfig {
                 mounts: Some(mounts),
                 memory,
                 memory_swap: memory,
                 network_mode: self.network.clone(),
-                security_opt: no_escalation.then(|| vec!["no-new-privileges".to_string()]),
+                security_opt: (!security_opt.is_empty()).then_some(security_opt),
+                cap_drop: strings(&context["capabilities"]["drop"]),
+                cap_add: strings(&context["capabilities"]["add"]),
                 init: Some(true),
                 ..Default::default()
             }),

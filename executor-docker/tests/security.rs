@@ -1,0 +1,122 @@
+//! The container's limits for untrusted steps, on the real engine.
+
+mod common;
+
+use common::Docker;
+use executor_conformance::fixture::{assert_nothing_left, run_to_end, write, Fixture};
+use executor_core::{RunStatus, Step, StepStatus};
+use executor_docker::DockerOptions;
+
+async fn docker(options: DockerOptions) -> Docker {
+    Docker(common::executor(options).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_cannot_hold_more_processes_than_the_pids_limit() {
+    let backend = docker(DockerOptions {
+        pids_limit: Some(64),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("pids");
+    // A slow fork bomb: 200 sleepers, far past the limit.
+    let spec = fx.spec(&backend, "pids").step(Step::new(
+        "bomb",
+        "i=0; while [ $i -lt 200 ]; do sleep 600 & i=$((i+1)); done; echo all-forked",
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Failed, "{text}");
+    assert_eq!(result.steps[0].status, StepStatus::Failed);
+    assert!(!text.contains("all-forked"), "{text}");
+    assert!(text.contains("fork"), "{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_pids_limit_is_set() {
+    let backend = docker(common::options()).await;
+    let fx = Fixture::new("pidsdefault");
+    let spec = fx.spec(&backend, "pidsdefault").step(Step::new(
+        "limit",
+        "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max",
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    let want = format!("\n{}\n", executor_docker::DEFAULT_PIDS_LIMIT);
+    assert!(log.text().contains(&want), "{}", log.text());
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_capabilities_are_gone_and_added_ones_are_there() {
+    let backend = docker(DockerOptions {
+        cap_drop: vec!["ALL".into()],
+        cap_add: vec!["CHOWN".into()],
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("caps");
+    let spec = fx.spec(&backend, "caps").step(Step::new(
+        "caps",
+        "grep CapEff /proc/self/status; touch f; chown 1234 f; \
+         if chgrp 1234 f 2>/dev/null && mknod d c 1 3 2>/dev/null; then echo mknod-worked; exit 1; fi",
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    // CAP_CHOWN is bit 0 and nothing else.
+    assert!(text.contains("CapEff:\t0000000000000001"), "{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_root_still_gets_its_checkout_tmp_and_outputs() {
+    let backend = docker(DockerOptions {
+        read_only: true,
+        user: Some("1000:1000".into()),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("readonly");
+    write(&fx.checkout(), "src/app.txt", "the checkout");
+    write(&fx.steps(), "build.sh", "echo shared step");
+    let spec = fx.spec(&backend, "readonly").step(Step::new(
+        "build",
+        "cat src/app.txt; sh \"$STEPS_DIR/build.sh\"; echo scratch > /tmp/t && cat /tmp/t; \
+         if touch /etc/planted 2>/dev/null; then echo root-is-writable; exit 1; fi; \
+         echo made > \"$OUTPUTS_DIR/artifact\"",
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(
+        text.contains("the checkoutshared step\nscratch\n"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.outputs().join("artifact")).unwrap(),
+        "made\n"
+    );
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_pinned_by_digest_is_pulled_as_a_digest() {
+    // No registry answers here, so the pull fails; it must fail as a pull
+    // of that digest, not as a malformed reference.
+    let backend = docker(DockerOptions {
+        pull: executor_docker::PullPolicy::Missing,
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("digest");
+    let image = format!("knotless-busybox@sha256:{}", "ab".repeat(32));
+    let mut spec = fx.spec(&backend, "digest").step(Step::new("never", "true"));
+    spec.image = Some(image.clone());
+    let (result, _) = run_to_end(&backend, &spec).await;
+    let error = result.error.unwrap_or_default();
+    assert!(!error.contains("invalid reference format"), "{error}");
+    assert!(error.contains(&image), "{error}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}

@@ -1,0 +1,104 @@
+//! The step container's security context, as a real kubelet applies it
+//! (the test cluster maps it onto its containers as the kubelet does).
+
+mod common;
+
+use common::K8s;
+use executor_conformance::fixture::{assert_nothing_left, run_to_end, write, Fixture};
+use executor_core::{RunStatus, Step};
+use executor_k8s::K8sOptions;
+use kube_testcluster::ClusterOptions;
+
+/// Effective capabilities of the step's shell, as /proc shows them.
+const CAP_EFF: &str = "grep CapEff /proc/self/status";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_run_with_no_capability_unless_one_is_added() {
+    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    let fx = Fixture::new("nocaps");
+    write(&fx.checkout(), "owned-by-the-host.txt", "from the host");
+    let spec = fx.spec(&backend, "nocaps").step(Step::new(
+        "caps",
+        format!(
+            "{CAP_EFF}; cat owned-by-the-host.txt; \
+             if chown 1234 owned-by-the-host.txt 2>/dev/null; then echo chown-worked; exit 1; fi"
+        ),
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    assert!(text.contains("from the host"), "{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            cap_add: vec!["CHOWN".into()],
+            ..common::options()
+        },
+    )
+    .await;
+    let fx = Fixture::new("chown");
+    let spec = fx
+        .spec(&backend, "chown")
+        .step(Step::new("chown", "touch f && chown 1234 f && ls -ln f"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains(" 1234 "), "{}", log.text());
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_run_as_the_user_asked_and_still_get_their_files() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            run_as_user: Some(1000),
+            run_as_group: Some(1000),
+            run_as_non_root: true,
+            ..common::options()
+        },
+    )
+    .await;
+    let fx = Fixture::new("nonroot");
+    write(&fx.checkout(), "src/main.c", "int main;");
+    let spec = fx.spec(&backend, "nonroot").step(Step::new(
+        "who",
+        "id -u; id -g; cat src/main.c; echo built > \"$OUTPUTS_DIR/artifact\"",
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(text.contains("1000\n1000\nint main;"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(fx.outputs().join("artifact")).unwrap(),
+        "built\n"
+    );
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_non_root_on_a_root_image_fails_before_any_step_naming_why() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            run_as_non_root: true,
+            ..common::options()
+        },
+    )
+    .await;
+    let fx = Fixture::new("rootimage");
+    let spec = fx
+        .spec(&backend, "rootimage")
+        .step(Step::new("never", "echo should-not-run"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Error, "{}", log.text());
+    let error = result.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("CreateContainerConfigError") && error.contains("runAsNonRoot"),
+        "{error}"
+    );
+    assert!(!log.text().contains("should-not-run"));
+    assert_nothing_left(&backend, &fx.runner).await;
+}
