@@ -41,6 +41,11 @@ pub type PodEvents = Pin<Box<dyn Stream<Item = Result<WatchEvent<Pod>, ExecutorE
 pub trait Cluster: Send + Sync {
     /// The namespace every call is in.
     fn namespace(&self) -> &str;
+    /// Whether the server's certificate goes unchecked (a kubeconfig's
+    /// `insecure-skip-tls-verify`, accepted explicitly).
+    fn tls_unverified(&self) -> bool {
+        false
+    }
     /// `POST /api/v1/namespaces/{ns}/secrets`.
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError>;
     /// `POST /apis/batch/v1/namespaces/{ns}/jobs`; returns the created Job (with its uid).

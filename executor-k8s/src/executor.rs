@@ -266,6 +266,12 @@ impl Executor for K8sExecutor {
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
         run.check_folders()?;
+        if self.cluster.tls_unverified() {
+            log.line(
+                "warning: the API server's certificate is not verified (insecure-skip-tls-verify); \
+                 the checkout and secrets go to whoever answers as the API server",
+            );
+        }
         let objects = objects(
             run,
             &self.options,

@@ -28,12 +28,18 @@ pub struct KubeconfigSource {
     pub context: Option<String>,
     /// `--namespace`; otherwise the context's namespace, then `default`.
     pub namespace: Option<String>,
+    /// Accept a kubeconfig whose cluster sets `insecure-skip-tls-verify`.
+    /// Without it such a kubeconfig is refused: the server's certificate
+    /// would go unchecked, and anyone on the path could pose as the
+    /// cluster and receive the run's checkout and secrets.
+    pub insecure_skip_tls_verify: bool,
 }
 
 /// A cluster reached through kube-rs.
 pub struct KubeCluster {
     client: Client,
     namespace: String,
+    tls_unverified: bool,
     server: String,
 }
 
@@ -121,6 +127,16 @@ impl KubeCluster {
                 .map_err(|e| bad(&e))?,
         };
         let server = config.cluster_url.to_string();
+        if config.accept_invalid_certs && !source.insecure_skip_tls_verify {
+            return Err(ExecutorError::InvalidInput(format!(
+                "the kubeconfig's cluster {server} sets insecure-skip-tls-verify: its certificate \
+                 would not be checked, and anyone on the path could pose as the cluster and \
+                 receive the run's checkout and secrets; give the kubeconfig the cluster's \
+                 certificate-authority-data, or accept the risk explicitly \
+                 (KubeconfigSource::insecure_skip_tls_verify)"
+            )));
+        }
+        let tls_unverified = config.accept_invalid_certs;
         let namespace = source
             .namespace
             .clone()
@@ -139,6 +155,7 @@ impl KubeCluster {
             client,
             namespace,
             server,
+            tls_unverified,
         })
     }
 
@@ -160,6 +177,10 @@ impl KubeCluster {
 impl Cluster for KubeCluster {
     fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    fn tls_unverified(&self) -> bool {
+        self.tls_unverified
     }
 
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {

@@ -180,6 +180,11 @@ pub struct K8sArgs {
     /// Namespace; default the context's, then `default`.
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
+    /// Accept a kubeconfig whose cluster sets insecure-skip-tls-verify (the
+    /// server's certificate goes unchecked; the log says so). Without this
+    /// flag such a kubeconfig is refused.
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
     /// CPU request of the run's pod, e.g. 500m.
     #[arg(long)]
     pub cpu_request: Option<String>,

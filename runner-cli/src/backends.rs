@@ -90,11 +90,15 @@ pub async fn build(
                 kubeconfig: opts.k8s.kubeconfig.clone(),
                 context: opts.k8s.context.clone(),
                 namespace: opts.k8s.namespace.clone(),
+                insecure_skip_tls_verify: opts.k8s.insecure_skip_tls_verify,
             };
             match K8sExecutor::connect(&source, options).await {
                 Ok(e) => Ok(Box::new(e)),
-                Err(e @ executor_core::ExecutorError::InvalidInput(_)) => {
-                    Err(BuildError::Input(e.into()))
+                Err(executor_core::ExecutorError::InvalidInput(msg)) => {
+                    Err(BuildError::Input(anyhow::anyhow!(msg.replace(
+                        "KubeconfigSource::insecure_skip_tls_verify",
+                        "--insecure-skip-tls-verify"
+                    ))))
                 }
                 Err(e) => Err(BuildError::Infrastructure(e.into())),
             }

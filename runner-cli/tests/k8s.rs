@@ -355,3 +355,70 @@ async fn the_live_proof_script_passes_on_the_test_cluster() {
     );
     cluster.shutdown().await;
 }
+
+/// A kubeconfig that turns certificate checks off is refused unless the
+/// user says so, and then the log says so too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_skip_tls_verify_needs_the_flag_and_is_logged() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
+    let insecure: String = text
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("certificate-authority-data:") {
+                "    insecure-skip-tls-verify: true".to_string()
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(
+        insecure, text,
+        "the test cluster's kubeconfig has a CA to remove"
+    );
+    let kubeconfig = dir.path().join("insecure-kubeconfig");
+    std::fs::write(&kubeconfig, insecure).unwrap();
+    let run = |extra: &[&str], out: &str| {
+        let mut cmd = cli(&kubeconfig);
+        cmd.args(["run", "--executor", "k8s", "--image", &image()])
+            .args(["--name", "insecure", "--runner", "did:plc:insecure"])
+            .args(extra)
+            .arg("--workdir")
+            .arg(examples())
+            .arg("--steps-file")
+            .arg(examples().join("steps.tsv"))
+            .arg("--outputs")
+            .arg(dir.path().join(out))
+            .arg("--result")
+            .arg(dir.path().join(format!("{out}.json")));
+        cmd
+    };
+    let refused = run(&[], "refused").output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("insecure-skip-tls-verify")
+            && stderr.contains("--insecure-skip-tls-verify"),
+        "{stderr}"
+    );
+    assert!(cluster.jobs("default").is_empty());
+
+    let accepted = run(&["--insecure-skip-tls-verify"], "accepted")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&accepted.stdout);
+    assert_eq!(
+        accepted.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    assert!(
+        stdout.contains("==> warning: the API server's certificate is not verified"),
+        "{stdout}"
+    );
+    cluster.shutdown().await;
+}
