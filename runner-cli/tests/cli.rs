@@ -560,6 +560,8 @@ fn secrets_come_from_the_environment_or_files_and_never_show() {
         "show\techo \"token=$DEPLOY_TOKEN plain=$PLAIN\"; printf '%s\\n' \"$SSH_KEY\" | sed -n 2p; \
          [ \"$(printf %s \"$SSH_KEY\" | wc -l)\" = 2 ]; [ -n \"$HOME\" ]\n\
          no runner secrets\tif [ -n \"${{KUBECONFIG:-}}\" ] || [ -n \"${{RUNNER_ONLY:-}}\" ]; then echo leaked; exit 7; fi\n\
+         no command line has it\tprintf %s \"$DEPLOY_TOKEN\" > .pattern; \
+         if cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\\\0' '\\\\n' | grep -qF -f .pattern; then echo on-a-command-line; exit 8; fi\n\
          deploy {TOKEN}\texit 1\n"
     );
     let key = case.path("key");
@@ -586,6 +588,7 @@ fn secrets_come_from_the_environment_or_files_and_never_show() {
     let result = case.result();
     assert_eq!(result.steps[0].exit_code, Some(0), "{log}");
     assert_eq!(result.steps[1].exit_code, Some(0), "{log}");
+    assert_eq!(result.steps[2].exit_code, Some(0), "{log}");
     assert!(log.contains("token=[MASKED] plain=from the file"), "{log}");
     assert!(log.contains("\n[MASKED]\n"), "the key's middle line: {log}");
     let json = std::fs::read_to_string(case.path("result.json")).unwrap();
