@@ -43,13 +43,78 @@ impl BollardEngine {
                 ),
             )
         };
-        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
+        let docker = match tls_files(&host)? {
+            Some(tls) => Docker::connect_with_ssl(
+                &host,
+                &tls.key,
+                &tls.cert,
+                &tls.ca,
+                CONNECT_TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            ),
+            None if host.starts_with("tcp://") || host.starts_with("http://") => {
+                tracing::warn!(%host, "the engine is reached over plain HTTP (no DOCKER_TLS_VERIFY)");
+                Docker::connect_with_http(&host, CONNECT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+            }
+            None => Docker::connect_with_host(&host),
+        }
+        .map_err(|e| unreachable(&e))?;
         let docker = docker
             .negotiate_version()
             .await
             .map_err(|e| unreachable(&e))?;
         Ok(BollardEngine { docker })
     }
+}
+
+/// The read and write timeout of the engine connection, as bollard's default.
+const CONNECT_TIMEOUT_SECS: u64 = 120;
+
+/// The client certificate, its key and the CA of a TLS engine.
+struct TlsFiles {
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+/// As the docker CLI: a `tcp://` (or `https://`) engine is reached over
+/// TLS when `DOCKER_TLS_VERIFY` is set to anything but the empty string,
+/// with `ca.pem`, `cert.pem` and `key.pem` from `DOCKER_CERT_PATH` (else
+/// `~/.docker`); the server's certificate is verified against `ca.pem`.
+fn tls_files(host: &str) -> Result<Option<TlsFiles>, ExecutorError> {
+    let verify = std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty());
+    let remote = host.starts_with("tcp://") || host.starts_with("https://");
+    if !remote || !(verify || host.starts_with("https://")) {
+        return Ok(None);
+    }
+    let dir = match std::env::var_os("DOCKER_CERT_PATH").filter(|p| !p.is_empty()) {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::PathBuf::from(home).join(".docker"),
+            None => {
+                return Err(ExecutorError::InvalidInput(
+                    "DOCKER_TLS_VERIFY is set but neither DOCKER_CERT_PATH nor HOME is, \
+                     so there is no folder to take ca.pem, cert.pem and key.pem from"
+                        .into(),
+                ))
+            }
+        },
+    };
+    let files = TlsFiles {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    for file in [&files.ca, &files.cert, &files.key] {
+        if let Err(err) = std::fs::metadata(file) {
+            return Err(ExecutorError::InvalidInput(format!(
+                "the TLS engine at {host} needs {}: {err}; DOCKER_CERT_PATH (default ~/.docker) \
+                 must hold ca.pem, cert.pem and key.pem, as for the docker CLI",
+                file.display()
+            )));
+        }
+    }
+    Ok(Some(files))
 }
 
 fn status(err: &bollard::errors::Error) -> Option<u16> {

@@ -64,10 +64,13 @@ pub async fn build(
                     ),
                 )));
             }
-            DockerExecutor::connect(options)
-                .await
-                .map(|e| Box::new(e) as Box<dyn Executor>)
-                .map_err(|e| BuildError::Infrastructure(e.into()))
+            match DockerExecutor::connect(options).await {
+                Ok(e) => Ok(Box::new(e)),
+                Err(e @ executor_core::ExecutorError::InvalidInput(_)) => {
+                    Err(BuildError::Input(e.into()))
+                }
+                Err(e) => Err(BuildError::Infrastructure(e.into())),
+            }
         }
         ExecutorKind::K8s => {
             let options = k8s_options(opts.k8s, opts.cap_add, opts.untrusted);

@@ -214,3 +214,95 @@ fn dry_run_prints_every_call_and_writes_nothing() {
         assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
     }
 }
+
+/// A TLS front for the test engine that, like `dockerd --tlsverify`,
+/// serves only clients with a certificate from its CA; counts them.
+async fn tls_engine(
+    creds: &kube_testcluster::tls::Credentials,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let socket = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+        .unwrap_or_else(|| "/var/run/docker.sock".into());
+    let acceptor = tokio_rustls::TlsAcceptor::from(creds.server_config().unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let socket = socket.clone();
+            let count = count.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if tls.get_ref().1.peer_certificates().is_none() {
+                    return;
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                if let Ok(mut engine) = tokio::net::UnixStream::connect(&socket).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut engine).await;
+                }
+            });
+        }
+    });
+    (port, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_engine_is_reached_with_docker_cert_path_as_the_docker_cli_does() {
+    use std::sync::atomic::Ordering;
+    let creds = kube_testcluster::tls::Credentials::generate().unwrap();
+    let (port, served) = tls_engine(&creds).await;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    std::fs::write(certs.join("ca.pem"), &creds.ca.cert).unwrap();
+    std::fs::write(certs.join("cert.pem"), &creds.client.cert).unwrap();
+    std::fs::write(certs.join("key.pem"), &creds.client.key).unwrap();
+    let run = |out: &str| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_runner-cli"));
+        cmd.env("DOCKER_HOST", format!("tcp://127.0.0.1:{port}"))
+            .env("DOCKER_TLS_VERIFY", "1")
+            .env("DOCKER_CERT_PATH", &certs)
+            .args(["run", "--executor", "docker", "--image", &image()])
+            .args(["--pull", "never", "--network", "none", "--no-cleanup"])
+            .args(["--name", "tls", "--runner", "did:plc:tls"])
+            .arg("--workdir")
+            .arg(examples())
+            .arg("--steps-file")
+            .arg(examples().join("steps.tsv"))
+            .arg("--outputs")
+            .arg(dir.path().join(out))
+            .arg("--result")
+            .arg(dir.path().join(format!("{out}.json")));
+        cmd
+    };
+    let out = run("ok").output().await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        served.load(Ordering::SeqCst) > 0,
+        "no TLS client reached the engine"
+    );
+    assert_eq!(
+        result(&dir.path().join("ok.json")).status,
+        executor_core::RunStatus::Success
+    );
+
+    std::fs::remove_file(certs.join("key.pem")).unwrap();
+    let out = run("nokey").output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("key.pem") && stderr.contains("DOCKER_CERT_PATH"),
+        "{stderr}"
+    );
+}
