@@ -23,6 +23,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod marked;
 mod plan;
 mod process;
 mod root;
@@ -203,8 +204,8 @@ impl Executor for ShellExecutor {
         if let Some(plan) = &self.plan {
             return Ok(plan.command(run, step));
         }
-        let secrets = match self.runs().get(&run.id) {
-            Some(live) => live.secrets.clone(),
+        let (secrets, mark) = match self.runs().get(&run.id) {
+            Some(live) => (live.secrets.clone(), live.root.mark.clone()),
             None => {
                 return Err(ExecutorError::EnvironmentLost(format!(
                     "run folder {} is not a live run of this executor",
@@ -213,6 +214,9 @@ impl Executor for ShellExecutor {
             }
         };
         let mut step = step.clone();
+        // Inherited by everything the step starts, whatever group or
+        // session it moves to: how stop finds them all.
+        step.env.push((marked::MARK_VAR.to_string(), mark));
         step.env.extend(
             secrets
                 .iter()
@@ -280,6 +284,13 @@ impl Executor for ShellExecutor {
         };
         for pgid in &live.groups {
             process::kill_group(*pgid);
+        }
+        let mark = live.root.mark.clone();
+        let killed = tokio::task::spawn_blocking(move || marked::kill_marked(&mark))
+            .await
+            .unwrap_or(0);
+        if killed > 0 {
+            tracing::debug!(killed, run = %run.id, "ended processes that left the step's group");
         }
         for reader in &live.lingering {
             reader.abort();

@@ -15,6 +15,8 @@ const OWNER_FILE: &str = "owner.json";
 /// A run root this process owns; dropping it releases the lock.
 pub(crate) struct RunRoot {
     pub path: PathBuf,
+    /// The mark every process of the run carries; see [`crate::marked`].
+    pub mark: String,
     _lock: Flock<File>,
 }
 
@@ -46,7 +48,7 @@ pub(crate) fn create(base: &Path, spec: &RunSpec) -> Result<RunRoot, ExecutorErr
         .tempdir_in(&parent)
         .map_err(|e| ExecutorError::io("creating the run folder", &parent, e))?
         .keep();
-    let root = lock_new(&path).inspect_err(|_| {
+    let mut root = lock_new(&path).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&path);
     })?;
     let owner = serde_json::json!({
@@ -54,8 +56,10 @@ pub(crate) fn create(base: &Path, spec: &RunSpec) -> Result<RunRoot, ExecutorErr
         "run": spec.name,
         "pid": std::process::id(),
     });
+    root.mark = crate::marked::new_mark();
     let setup = || -> std::io::Result<()> {
         std::fs::write(path.join(OWNER_FILE), owner.to_string())?;
+        std::fs::write(path.join(crate::marked::MARK_FILE), &root.mark)?;
         for dir in ["work", "steps", "outputs"] {
             std::fs::create_dir(path.join(dir))?;
         }
@@ -77,6 +81,7 @@ fn lock_new(path: &Path) -> Result<RunRoot, ExecutorError> {
     })?;
     Ok(RunRoot {
         path: path.to_path_buf(),
+        mark: String::new(),
         _lock: lock,
     })
 }
@@ -114,6 +119,11 @@ pub(crate) fn remove_dead(base: &Path, runner: &str) -> Result<Vec<String>, Exec
     for root in list(base, runner) {
         if is_live(&root) {
             continue;
+        }
+        // The crashed run's processes first: a step's `setsid sleep &`
+        // outlives the runner that started it.
+        if let Some(mark) = crate::marked::read_mark(&root) {
+            crate::marked::kill_marked(&mark);
         }
         remove(&root)?;
         tracing::info!(root = %root.display(), "removed a crashed run's folder");

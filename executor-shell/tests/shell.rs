@@ -50,6 +50,79 @@ async fn background_process_does_not_hold_the_step_and_stop_kills_it() {
     assert!(executor.leftovers("did:plc:bg").is_empty());
 }
 
+/// Waits, up to a deadline, for SIGKILL (delivered asynchronously) to end `pid`.
+async fn gone(pid: i32, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(std::time::Instant::now() < deadline, "{what} {pid} is still alive");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_process_that_leaves_its_session_is_still_ended_at_stop() {
+    let (base, checkout, outputs) = (tempdir(), tempdir(), tempdir());
+    let executor = ShellExecutor::new(base.path());
+    // The escapee tells its pid through a fifo once it runs in its own
+    // session, out of reach of the step's process group.
+    let spec = RunSpec::new("escape", "did:plc:escape", checkout.path(), outputs.path())
+        .step(Step::new(
+            "escape",
+            "mkfifo ready; setsid sh -c 'echo $$ > ready; exec sleep 600' & read pid < ready; \
+             test \"$(cut -d' ' -f6 /proc/$pid/stat)\" = \"$pid\"; echo $pid > \"$OUTPUTS_DIR/pid\"",
+        ))
+        .timeouts(Duration::from_secs(120), Duration::from_secs(60));
+    let (log, text) = RunLog::memory();
+    let result = run(&executor, &spec, &log, CancellationToken::new()).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", text.text());
+    let pid: i32 = std::fs::read_to_string(outputs.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    gone(pid, "the step's setsid sleep").await;
+}
+
+#[tokio::test]
+async fn cleanup_ends_the_processes_of_a_crashed_run() {
+    let base = tempdir();
+    let executor = ShellExecutor::new(base.path());
+    let crashed = base
+        .path()
+        .join("did-plc-crash2-".to_string() + &hash_of("did:plc:crash2"))
+        .join("crashed-abc");
+    std::fs::create_dir_all(&crashed).unwrap();
+    std::fs::write(crashed.join(".lock"), "").unwrap();
+    let mark = "0123456789abcdef0123456789abcdef";
+    std::fs::write(crashed.join("mark"), mark).unwrap();
+    // What a step of the dead run left: its own session, the run's mark.
+    let mut escapee = std::process::Command::new("setsid")
+        .args(["sleep", "600"])
+        .env("KNOTLESS_RUN_MARK", mark)
+        .spawn()
+        .unwrap();
+    // Anything else, even with a mark of another run, is left alone.
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("600")
+        .env("KNOTLESS_RUN_MARK", "ffffffffffffffffffffffffffffffff")
+        .spawn()
+        .unwrap();
+    let report = executor
+        .cleanup("did:plc:crash2", CleanupScope::Expired)
+        .await
+        .unwrap();
+    assert_eq!(report.removed.len(), 1, "{report:?}");
+    let status = escapee.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{status:?}"
+    );
+    assert!(alive(i32::try_from(bystander.id()).unwrap()));
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
+
 #[tokio::test]
 async fn cleanup_removes_crashed_runs_only() {
     let base = tempdir();

@@ -1,0 +1,146 @@
+//! Every process of a run, found and ended wherever it went.
+//!
+//! A step can leave its process group (`setpgid`) and its session
+//! (`setsid sleep &`), so killing the step's group does not reach
+//! everything it started. Every step process gets the run's mark in its
+//! environment, which every descendant inherits whatever group or session
+//! it moves to; stop and cleanup end every process that carries it. The
+//! mark is kept in the run folder, so a cleanup after the runner itself
+//! was killed still finds them. A process is signalled through a pidfd
+//! taken before its mark is checked again, so a pid that was reused in
+//! between is never killed (without pidfds, kernels before 5.3, the
+//! process's start time is compared instead).
+//!
+//! Not covered: a step that clears its own environment (`env -i`) before
+//! leaving its session; only a cgroup would follow that.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// The variable that carries a run's mark.
+pub(crate) const MARK_VAR: &str = "KNOTLESS_RUN_MARK";
+
+/// The file in the run folder that keeps the mark.
+pub(crate) const MARK_FILE: &str = "mark";
+
+/// How many rounds of find-and-kill before giving up on a process that
+/// keeps forking (each round kills everything it found).
+const ROUNDS: usize = 50;
+
+/// A fresh mark for a run.
+pub(crate) fn new_mark() -> String {
+    executor_core::labels::random_hex(16)
+}
+
+/// The mark kept in a run folder, if it is one the runner wrote: 32 hex
+/// digits, nothing else (a step can write the file).
+pub(crate) fn read_mark(root: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(root.join(MARK_FILE)).ok()?;
+    let mark = text.trim();
+    (mark.len() == 32 && mark.bytes().all(|b| b.is_ascii_hexdigit())).then(|| mark.to_string())
+}
+
+/// Kills every process carrying `mark`; returns how many were killed.
+pub(crate) fn kill_marked(mark: &str) -> usize {
+    let needle = format!("{MARK_VAR}={mark}");
+    let mut killed = 0;
+    for _ in 0..ROUNDS {
+        let found = find(&needle);
+        if found.is_empty() {
+            return killed;
+        }
+        for pid in found {
+            if kill_if_marked(pid, &needle) {
+                killed += 1;
+            }
+        }
+    }
+    tracing::warn!(mark, "processes of a run kept appearing; some may be left");
+    killed
+}
+
+/// Pids of the processes whose environment holds `needle`.
+pub(crate) fn find(needle: &str) -> Vec<i32> {
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid > 1 && pid != me && has_mark(pid, needle))
+        .collect()
+}
+
+fn has_mark(pid: i32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+}
+
+/// The process's start time in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`, counted after the command name, which may hold spaces).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn kill_if_marked(pid: i32, needle: &str) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if let Ok(fd) = i32::try_from(fd) {
+        if fd >= 0 {
+            // SAFETY: the fd was just returned to us and is owned here alone.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // The pidfd pins the process found now: if the pid was reused
+            // since the scan, this is the newcomer, which has no mark.
+            if !has_mark(pid, needle) {
+                return false;
+            }
+            // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+            let sent = unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+            return sent == 0;
+        }
+    }
+    // No pidfds: the same pid with the same start time is the same process.
+    let Some(born) = start_time(pid) else {
+        return false;
+    };
+    if !has_mark(pid, needle) || start_time(pid) != Some(born) {
+        return false;
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+        .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_mark_the_runner_wrote_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MARK_FILE), "0123456789abcdef0123456789abcdef\n").unwrap();
+        assert_eq!(
+            read_mark(dir.path()).as_deref(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+        for forged in ["", "x", "0123456789abcdef0123456789abcde=", "KNOTLESS_RUN_MARK="] {
+            std::fs::write(dir.path().join(MARK_FILE), forged).unwrap();
+            assert_eq!(read_mark(dir.path()), None, "{forged:?}");
+        }
+    }
+
+    #[test]
+    fn start_times_read_past_a_name_with_spaces_and_parens() {
+        assert!(start_time(i32::try_from(std::process::id()).unwrap()).is_some());
+    }
+}
