@@ -70,9 +70,17 @@ impl ShellExecutor {
         }
     }
 
-    /// The default base folder: `knotless-runner/shell` in the system temp folder.
+    /// The default base folder: `knotless-runner/shell` in
+    /// `$XDG_RUNTIME_DIR` (the user's own 0700 runtime folder), else in
+    /// `knotless-runner-UID` in the system temp folder. Either way the
+    /// executor creates it 0700 and checks, before each run, that no other
+    /// user can change anything on its path.
     pub fn default_base() -> PathBuf {
-        std::env::temp_dir().join("knotless-runner").join("shell")
+        default_base_from(
+            std::env::var_os("XDG_RUNTIME_DIR"),
+            &std::env::temp_dir(),
+            nix::unistd::geteuid().as_raw(),
+        )
     }
 
     /// An executor that prints every call it would make to `plan` and does
@@ -104,6 +112,17 @@ impl ShellExecutor {
             .await
             .map_err(|e| ExecutorError::backend(what, e))?;
         whole(summary, what)
+    }
+}
+
+fn default_base_from(
+    xdg_runtime_dir: Option<std::ffi::OsString>,
+    temp: &Path,
+    uid: u32,
+) -> PathBuf {
+    match xdg_runtime_dir.map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("knotless-runner").join("shell"),
+        _ => temp.join(format!("knotless-runner-{uid}")).join("shell"),
     }
 }
 
@@ -139,6 +158,26 @@ fn inside_run(run: &RunHandle, path: &str) -> Result<PathBuf, ExecutorError> {
         )));
     }
     Ok(p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_base_is_private_to_the_user() {
+        let tmp = Path::new("/tmp");
+        assert_eq!(
+            default_base_from(Some("/run/user/1000".into()), tmp, 1000),
+            Path::new("/run/user/1000/knotless-runner/shell")
+        );
+        for unset in [None, Some("".into()), Some("relative".into())] {
+            assert_eq!(
+                default_base_from(unset, tmp, 1000),
+                Path::new("/tmp/knotless-runner-1000/shell")
+            );
+        }
+    }
 }
 
 #[async_trait]

@@ -117,8 +117,11 @@ fn kill_if_marked(pid: i32, needle: &str) -> bool {
     if !has_mark(pid, needle) || start_time(pid) != Some(born) {
         return false;
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
-        .is_ok()
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .is_ok()
 }
 
 #[cfg(test)]
@@ -128,12 +131,21 @@ mod tests {
     #[test]
     fn only_a_mark_the_runner_wrote_is_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(MARK_FILE), "0123456789abcdef0123456789abcdef\n").unwrap();
+        std::fs::write(
+            dir.path().join(MARK_FILE),
+            "0123456789abcdef0123456789abcdef\n",
+        )
+        .unwrap();
         assert_eq!(
             read_mark(dir.path()).as_deref(),
             Some("0123456789abcdef0123456789abcdef")
         );
-        for forged in ["", "x", "0123456789abcdef0123456789abcde=", "KNOTLESS_RUN_MARK="] {
+        for forged in [
+            "",
+            "x",
+            "0123456789abcdef0123456789abcde=",
+            "KNOTLESS_RUN_MARK=",
+        ] {
             std::fs::write(dir.path().join(MARK_FILE), forged).unwrap();
             assert_eq!(read_mark(dir.path()), None, "{forged:?}");
         }

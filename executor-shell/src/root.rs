@@ -37,14 +37,83 @@ pub(crate) fn runner_dir(base: &Path, runner: &str) -> PathBuf {
     base.join(label_value(runner))
 }
 
+/// Creates `dir` (and missing parents) private to this user, then checks
+/// that nobody else can have put or replace anything on its path.
+pub(crate) fn prepare_private(dir: &Path) -> Result<(), ExecutorError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| ExecutorError::io("creating the run folders' base", dir, e))?;
+    check_private(dir)
+}
+
+/// As ssh's StrictModes: every folder on the way to `dir`, and `dir`
+/// itself, belongs to root or this user, and none that another user may
+/// write to lacks the sticky bit; every symlink on the way belongs to root
+/// or this user; `dir` is this user's and writable by nobody else. Another
+/// local user then cannot own a run folder, plant one, or point the base
+/// somewhere else (a symlink in the shared `/tmp`).
+pub(crate) fn check_private(dir: &Path) -> Result<(), ExecutorError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let unsafe_path = |path: &Path, why: String| {
+        Err(ExecutorError::InvalidInput(format!(
+            "the run folders' base {} is not private: {} {why}; use a folder only this user \
+             can change (the default is under $XDG_RUNTIME_DIR, else a 0700 folder in the \
+             temp folder)",
+            dir.display(),
+            path.display()
+        )))
+    };
+    let trusted = |uid: u32| uid == 0 || uid == me;
+    let mut walked = std::path::PathBuf::new();
+    for part in dir.components() {
+        walked.push(part);
+        let meta = std::fs::symlink_metadata(&walked)
+            .map_err(|e| ExecutorError::io("checking the run folders' base", &walked, e))?;
+        if meta.file_type().is_symlink() && !trusted(meta.uid()) {
+            return unsafe_path(&walked, format!("is a symlink of user {}", meta.uid()));
+        }
+    }
+    let real = dir
+        .canonicalize()
+        .map_err(|e| ExecutorError::io("checking the run folders' base", dir, e))?;
+    let mut walked = std::path::PathBuf::new();
+    for part in real.components() {
+        walked.push(part);
+        let meta = std::fs::metadata(&walked)
+            .map_err(|e| ExecutorError::io("checking the run folders' base", &walked, e))?;
+        let last = walked == real;
+        if !trusted(meta.uid()) || (last && meta.uid() != me) {
+            return unsafe_path(&walked, format!("belongs to user {}", meta.uid()));
+        }
+        let others_write = meta.mode() & 0o022 != 0;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if others_write && (last || !sticky) {
+            return unsafe_path(
+                &walked,
+                format!(
+                    "can be written by other users (mode {:o})",
+                    meta.mode() & 0o7777
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Creates a fresh, locked run root for `spec` under `base`.
 pub(crate) fn create(base: &Path, spec: &RunSpec) -> Result<RunRoot, ExecutorError> {
+    prepare_private(base)?;
     let parent = runner_dir(base, &spec.runner);
-    std::fs::create_dir_all(&parent)
-        .map_err(|e| ExecutorError::io("creating the runner folder", &parent, e))?;
+    prepare_private(&parent)?;
     let prefix = format!("{}-", dns_name(&[&spec.name], 40));
+    use std::os::unix::fs::PermissionsExt;
     let path = tempfile::Builder::new()
         .prefix(&prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(&parent)
         .map_err(|e| ExecutorError::io("creating the run folder", &parent, e))?
         .keep();
@@ -116,6 +185,12 @@ pub(crate) fn list(base: &Path, runner: &str) -> Vec<PathBuf> {
 /// expiry to guess: a root whose lock is free belongs to a crashed run.
 pub(crate) fn remove_dead(base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
     let mut removed = Vec::new();
+    let dir = runner_dir(base, runner);
+    if !dir.exists() {
+        return Ok(removed);
+    }
+    // Never delete, or signal, by what another user could have put there.
+    check_private(&dir)?;
     for root in list(base, runner) {
         if is_live(&root) {
             continue;

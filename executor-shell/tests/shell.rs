@@ -54,7 +54,10 @@ async fn background_process_does_not_hold_the_step_and_stop_kills_it() {
 async fn gone(pid: i32, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while alive(pid) {
-        assert!(std::time::Instant::now() < deadline, "{what} {pid} is still alive");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} {pid} is still alive"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -121,6 +124,78 @@ async fn cleanup_ends_the_processes_of_a_crashed_run() {
     assert!(alive(i32::try_from(bystander.id()).unwrap()));
     bystander.kill().unwrap();
     bystander.wait().unwrap();
+}
+
+/// Runs one step on `base` and returns the run's error.
+async fn error_on_base(base: &std::path::Path) -> String {
+    let (checkout, outputs) = (tempdir(), tempdir());
+    let executor = ShellExecutor::new(base);
+    let spec = RunSpec::new(
+        "private",
+        "did:plc:private",
+        checkout.path(),
+        outputs.path(),
+    )
+    .step(Step::new("never", "echo the-step-ran"));
+    let (log, text) = RunLog::memory();
+    let result = run(&executor, &spec, &log, CancellationToken::new()).await;
+    assert_eq!(result.status, RunStatus::Error, "{}", text.text());
+    assert!(!text.text().contains("the-step-ran"));
+    assert!(executor.leftovers("did:plc:private").is_empty());
+    result.error.unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_base_other_users_could_change_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir();
+    // A shared folder without the sticky bit: anyone may swap its entries.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let error = error_on_base(&shared.join("base")).await;
+    assert!(
+        error.contains("not private") && error.contains("can be written by other users"),
+        "{error}"
+    );
+
+    if !nix::unistd::Uid::effective().is_root() {
+        // Only root can hand a file to another user to play the attacker.
+        return;
+    }
+    let nobody = 65534;
+    // A base folder another user made first.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(nobody), Some(nobody)).unwrap();
+    let error = error_on_base(&theirs).await;
+    assert!(error.contains("belongs to user 65534"), "{error}");
+    // A symlink another user planted where the base would be.
+    let elsewhere = tempdir();
+    let planted = dir.path().join("planted");
+    std::os::unix::fs::symlink(elsewhere.path(), &planted).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(nobody), Some(nobody)).unwrap();
+    let error = error_on_base(&planted).await;
+    assert!(error.contains("is a symlink of user 65534"), "{error}");
+}
+
+#[tokio::test]
+async fn run_folders_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, checkout, outputs) = (tempdir(), tempdir(), tempdir());
+    let base = dir.path().join("new/base");
+    let executor = ShellExecutor::new(&base);
+    let spec = RunSpec::new("mode", "did:plc:mode", checkout.path(), outputs.path()).step(
+        Step::new("mode", "stat -c %a \"$WORK_DIR/..\" \"$WORK_DIR/../..\""),
+    );
+    let (log, text) = RunLog::memory();
+    let result = run(&executor, &spec, &log, CancellationToken::new()).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", text.text());
+    assert!(text.text().contains("700\n700\n"), "{}", text.text());
+    for made in [dir.path().join("new"), base.clone()] {
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", made.display());
+    }
 }
 
 #[tokio::test]
