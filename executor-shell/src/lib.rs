@@ -160,26 +160,6 @@ fn inside_run(run: &RunHandle, path: &str) -> Result<PathBuf, ExecutorError> {
     Ok(p.to_path_buf())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_base_is_private_to_the_user() {
-        let tmp = Path::new("/tmp");
-        assert_eq!(
-            default_base_from(Some("/run/user/1000".into()), tmp, 1000),
-            Path::new("/run/user/1000/knotless-runner/shell")
-        );
-        for unset in [None, Some("".into()), Some("relative".into())] {
-            assert_eq!(
-                default_base_from(unset, tmp, 1000),
-                Path::new("/tmp/knotless-runner-1000/shell")
-            );
-        }
-    }
-}
-
 #[async_trait]
 impl Executor for ShellExecutor {
     fn kind(&self) -> &str {
@@ -351,5 +331,25 @@ impl Executor for ShellExecutor {
         Ok(CleanupReport {
             removed: root::remove_dead(&self.base, runner)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_base_is_private_to_the_user() {
+        let tmp = Path::new("/tmp");
+        assert_eq!(
+            default_base_from(Some("/run/user/1000".into()), tmp, 1000),
+            Path::new("/run/user/1000/knotless-runner/shell")
+        );
+        for unset in [None, Some("".into()), Some("relative".into())] {
+            assert_eq!(
+                default_base_from(unset, tmp, 1000),
+                Path::new("/tmp/knotless-runner-1000/shell")
+            );
+        }
     }
 }
