@@ -83,6 +83,19 @@ impl ShellExecutor {
         )
     }
 
+    /// Creates the base folder if it is missing and checks that it is
+    /// private (see [`ShellExecutor::default_base`]); `start` does the same,
+    /// this lets a caller refuse a bad base before anything else.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let executor = executor_shell::ShellExecutor::new(dir.path().join("runs"));
+    /// executor.prepare_base().unwrap();
+    /// ```
+    pub fn prepare_base(&self) -> Result<(), ExecutorError> {
+        root::prepare_private(&self.base)
+    }
+
     /// An executor that prints every call it would make to `plan` and does
     /// nothing else: no folder is created and no process started.
     pub fn dry_run(base: impl Into<PathBuf>, plan: Plan) -> Self {

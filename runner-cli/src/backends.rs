@@ -50,7 +50,11 @@ pub async fn build(
                     )),
                 ))
             } else {
-                Box::new(ShellExecutor::new(base))
+                let executor = ShellExecutor::new(base);
+                executor
+                    .prepare_base()
+                    .map_err(|e| BuildError::Input(e.into()))?;
+                Box::new(executor)
             })
         }
         ExecutorKind::Docker => {

@@ -686,3 +686,21 @@ async fn a_stalled_log_reader_holds_back_output_but_not_timeouts_or_signals() {
     assert!(left.is_empty(), "{left:?}");
     drop(stdout);
 }
+
+#[test]
+fn a_shell_root_other_users_can_change_is_exit_2_before_any_step() {
+    use std::os::unix::fs::PermissionsExt;
+    let case = Case::new();
+    let shared = case.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let root = shared.join("roots").display().to_string();
+    let out = case
+        .run("a\techo the-step-ran\n", &["--shell-root", &root])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not private"), "{}", stderr(&out));
+    assert_eq!(case.result().status, executor_core::RunStatus::Error);
+    assert!(!case.log().contains("the-step-ran"));
+}
