@@ -19,9 +19,41 @@ trap 'rm -rf "$OUT"' EXIT
 ns_flag=()
 [ -n "${NAMESPACE:-}" ] && ns_flag=(--namespace "$NAMESPACE")
 
+nodes() {
+  # A tenant with only the namespace Role may not list nodes; that is fine.
+  kubectl get nodes -o wide 2>/dev/null || echo "(nodes are not visible to this user: a namespace Role does not grant them)"
+}
+
 echo "== cluster"
 kubectl version 2>/dev/null | sed -n '1,2p' || true
-kubectl get nodes -o wide
+nodes
+
+echo "== permissions of scripts/runner-role.yaml"
+missing=0
+while read -r group resource verbs; do
+  [ "$group" = '""' ] && group=""
+  for verb in $verbs; do
+    target="$resource"
+    [ -n "$group" ] && target="$resource.$group"
+    sub=()
+    case "$resource" in */*) sub=(--subresource "${resource#*/}"); target="${resource%%/*}${group:+.$group}" ;; esac
+    answer="$(kubectl auth can-i "$verb" "$target" "${sub[@]}" "${ns_flag[@]}" 2>/dev/null || true)"
+    echo "  $verb $resource${group:+ ($group)}: ${answer:-no}"
+    [ "$answer" = yes ] || missing=1
+  done
+done < <(python3 - <<'PY'
+import re
+role = open("scripts/runner-role.yaml").read().split("\n---")[0]
+items = lambda line: [x.strip().strip('"') for x in line.split("[", 1)[1].split("]", 1)[0].split(",")]
+group = resources = None
+for line in map(str.strip, role.splitlines()):
+    if line.startswith("- apiGroups:"): group = items(line)[0] or '""'
+    elif line.startswith("resources:"): resources = items(line)
+    elif line.startswith("verbs:"):
+        for r in resources: print(group, r, " ".join(items(line)))
+PY
+)
+[ "$missing" = 0 ] || { echo "this user lacks permissions the runner needs; see scripts/runner-role.yaml"; exit 1; }
 
 echo "== run $NAME on $IMAGE"
 set +e
@@ -42,11 +74,12 @@ PY
 
 echo "== leftovers with the run's labels"
 label="dev.knotless.run=$NAME"
-left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "$label" -o name 2>/dev/null || true)"
+# A failing kubectl fails the proof: an error is not "nothing left".
+left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "$label" -o name)"
 if [ -n "$left" ]; then
   echo "left behind:"; echo "$left"; exit 1
 fi
 echo "none"
 
 echo "== nodes after the run"
-kubectl get nodes -o wide
+nodes

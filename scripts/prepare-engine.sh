@@ -36,6 +36,8 @@ engine_answers() {
 }
 
 command -v curl >/dev/null || apt_install curl ca-certificates
+# The tenant tests issue certificates as a cluster admin would.
+command -v openssl >/dev/null || apt_install openssl
 
 # KNOTLESS_ENGINE=podman skips an existing Docker engine, to test on podman.
 WANT="${KNOTLESS_ENGINE:-auto}"

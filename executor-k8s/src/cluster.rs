@@ -46,6 +46,12 @@ pub trait Cluster: Send + Sync {
     fn tls_unverified(&self) -> bool {
         false
     }
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`:
+    /// whether the credentials may do `permission` in the namespace.
+    async fn access_review(
+        &self,
+        permission: &crate::access::Permission,
+    ) -> Result<bool, ExecutorError>;
     /// `POST /api/v1/namespaces/{ns}/secrets`.
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError>;
     /// `POST /apis/batch/v1/namespaces/{ns}/jobs`; returns the created Job (with its uid).

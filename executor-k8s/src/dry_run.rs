@@ -76,6 +76,17 @@ impl Cluster for DryRunCluster {
     fn namespace(&self) -> &str {
         &self.namespace
     }
+    async fn access_review(
+        &self,
+        permission: &crate::access::Permission,
+    ) -> Result<bool, ExecutorError> {
+        self.say(format!(
+            "POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews (can {permission} in namespace {}?)",
+            self.ns()
+        ));
+        Ok(true)
+    }
+
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {
         let keys: Vec<&String> = secret.string_data.iter().flat_map(|d| d.keys()).collect();
         self.say(format!(

@@ -15,6 +15,7 @@ use executor_core::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
 
+use crate::access;
 use crate::cluster::Cluster;
 use crate::exec::{drive, Ended};
 use crate::job::{objects, runner_selector, step_key, CONTAINER, STATE_DIR};
@@ -27,6 +28,8 @@ pub struct K8sExecutor {
     live: Mutex<HashMap<String, LiveRun>>,
     /// Whether the cluster speaks v5, once known.
     v5: Mutex<Option<bool>>,
+    /// Permission sets already found granted (checked once per executor).
+    granted: Mutex<std::collections::HashSet<&'static str>>,
 }
 
 #[derive(Clone)]
@@ -54,7 +57,42 @@ impl K8sExecutor {
             options,
             live: Mutex::new(HashMap::new()),
             v5: Mutex::new(None),
+            granted: Mutex::new(std::collections::HashSet::new()),
         }
+    }
+
+    /// Checks, once per executor, that the credentials hold every
+    /// permission a run ([`access::RUN`]) uses, before anything is created;
+    /// an error names each missing one. `start` calls it; calling it first
+    /// lets a caller refuse a run before anything else.
+    pub async fn check_run_permissions(&self) -> Result<(), ExecutorError> {
+        self.check_permissions("run", access::RUN).await
+    }
+
+    /// As [`K8sExecutor::check_run_permissions`], for `cleanup`
+    /// ([`access::CLEANUP`]).
+    pub async fn check_cleanup_permissions(&self) -> Result<(), ExecutorError> {
+        self.check_permissions("cleanup", access::CLEANUP).await
+    }
+
+    async fn check_permissions(
+        &self,
+        purpose: &'static str,
+        needed: &[access::Permission],
+    ) -> Result<(), ExecutorError> {
+        let done = self
+            .granted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(purpose);
+        if !done {
+            access::check(self.cluster.as_ref(), needed).await?;
+            self.granted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(purpose);
+        }
+        Ok(())
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
@@ -266,6 +304,7 @@ impl Executor for K8sExecutor {
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
         run.check_folders()?;
+        self.check_run_permissions().await?;
         if self.cluster.tls_unverified() {
             log.line(
                 "warning: the API server's certificate is not verified (insecure-skip-tls-verify); \
@@ -527,6 +566,7 @@ impl Executor for K8sExecutor {
         runner: &str,
         scope: CleanupScope,
     ) -> Result<CleanupReport, ExecutorError> {
+        self.check_cleanup_permissions().await?;
         let selector = runner_selector(runner);
         let now = executor_core::labels::unix_now();
         let live: Vec<String> = self.live().keys().cloned().collect();

@@ -103,6 +103,39 @@ async fn once<T>(
         .map_err(|e| ExecutorError::backend(what, describe(&e)))
 }
 
+/// Where the kubeconfig's current user keeps its client certificate, for
+/// an error about it: the file, or the user whose data holds it.
+fn client_certificate_of(source: &KubeconfigSource) -> String {
+    let kubeconfig = match &source.kubeconfig {
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    };
+    let Ok(kubeconfig) = kubeconfig else {
+        return "the current user's".into();
+    };
+    let context = source
+        .context
+        .clone()
+        .or_else(|| kubeconfig.current_context.clone())
+        .unwrap_or_default();
+    let user = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.clone())
+        .unwrap_or_default();
+    let auth = kubeconfig
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)
+        .and_then(|a| a.auth_info.as_ref());
+    match auth.and_then(|a| a.client_certificate.clone()) {
+        Some(path) => path,
+        None => format!("client-certificate-data of user {user}"),
+    }
+}
+
 impl KubeCluster {
     /// Builds a client as kubectl would and checks the server answers; an
     /// unreachable server or a refused credential is an error naming the server.
@@ -141,7 +174,22 @@ impl KubeCluster {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let client = Client::try_from(config).map_err(|e| bad(&e))?;
+        let client = Client::try_from(config).map_err(|e| {
+            let text = e.to_string();
+            if text.contains("UnsupportedCertVersion") {
+                ExecutorError::InvalidInput(format!(
+                    "the kubeconfig's client certificate ({}) is X.509 v1; kubectl accepts that, \
+                     but this runner's TLS library takes only X.509 v3 client certificates. \
+                     Reissue it as v3, e.g. openssl x509 -req -in user.csr -CA ca.crt -CAkey ca.key \
+                     -days 365 -out user.crt -extfile <(printf 'basicConstraints=CA:FALSE\\n\
+                     keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth'), \
+                     or through the cluster's CertificateSigningRequest API ({text})",
+                    client_certificate_of(source)
+                ))
+            } else {
+                bad(&e)
+            }
+        })?;
         client.apiserver_version().await.map_err(|e| {
             ExecutorError::backend(
                 "connecting to the cluster",
@@ -181,6 +229,37 @@ impl Cluster for KubeCluster {
 
     fn tls_unverified(&self) -> bool {
         self.tls_unverified
+    }
+
+    async fn access_review(
+        &self,
+        permission: &crate::access::Permission,
+    ) -> Result<bool, ExecutorError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(self.namespace.clone()),
+                    verb: Some(permission.verb.to_string()),
+                    group: Some(permission.group.to_string()),
+                    resource: Some(permission.resource.to_string()),
+                    subresource: text(permission.subresource),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let post = PostParams::default();
+        let answer = retry("checking the run's permissions", || {
+            api.create(&post, &review)
+        })
+        .await?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {

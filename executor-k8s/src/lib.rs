@@ -20,6 +20,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod cluster;
 mod dry_run;
 mod exec;

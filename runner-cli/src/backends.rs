@@ -19,6 +19,9 @@ pub struct BackendOptions<'a> {
     pub cap_add: &'a [String],
     /// Whether the run is untrusted (pull or queue trigger).
     pub untrusted: bool,
+    /// Built for `cleanup` rather than `run`: the permissions checked
+    /// before anything happens are cleanup's.
+    pub for_cleanup: bool,
     pub dry_run: bool,
 }
 
@@ -99,7 +102,18 @@ pub async fn build(
                 namespace: opts.k8s.namespace.clone(),
                 insecure_skip_tls_verify: opts.k8s.insecure_skip_tls_verify,
             };
-            match K8sExecutor::connect(&source, options).await {
+            let connected = match K8sExecutor::connect(&source, options).await {
+                Ok(e) => {
+                    let checked = if opts.for_cleanup {
+                        e.check_cleanup_permissions().await
+                    } else {
+                        e.check_run_permissions().await
+                    };
+                    checked.map(|()| e)
+                }
+                Err(e) => Err(e),
+            };
+            match connected {
                 Ok(e) => Ok(Box::new(e)),
                 Err(executor_core::ExecutorError::InvalidInput(msg)) => {
                     Err(BuildError::Input(anyhow::anyhow!(msg.replace(

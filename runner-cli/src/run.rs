@@ -47,6 +47,7 @@ pub async fn run(args: RunArgs) -> i32 {
         k8s: &args.k8s,
         cap_add: &args.cap_add,
         untrusted: args.trigger.is_untrusted(),
+        for_cleanup: false,
         dry_run: args.dry_run,
     };
     let built = tokio::select! {
@@ -286,6 +287,7 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
         k8s: &args.k8s,
         cap_add: &[],
         untrusted: false,
+        for_cleanup: true,
         dry_run: false,
     };
     let executor = match backends::build(args.executor, &options).await {

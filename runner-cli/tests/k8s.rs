@@ -328,6 +328,44 @@ async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_file
     std::fs::write(&not_pem, "garbage").unwrap();
     let garbage = run(&not_pem, &cert).output().await.unwrap();
     assert!(String::from_utf8_lossy(&garbage.stderr).contains("is not a PEM certificate"));
+
+    // What the runner's TLS library would refuse later, refused up front.
+    let issued = dir.path().join("issued");
+    std::fs::create_dir(&issued).unwrap();
+    let (v1_cert, v1_key) = issue_with_openssl(&issued, "v1", false, false).await;
+    let (old_cert, old_key) = issue_with_openssl(&issued, "old", true, true).await;
+    let (v3_cert, _) = issue_with_openssl(&issued, "v3", true, false).await;
+    for (cert, key, said) in [
+        (
+            &v1_cert,
+            &v1_key,
+            "is X.509 v1; the runner accepts only X.509 v3",
+        ),
+        (&old_cert, &old_key, "expired"),
+        (&v3_cert, &v1_key, "is not the key of --cert"),
+    ] {
+        let refused = Command::new("bash")
+            .arg(script("tenant-kubeconfig.sh"))
+            .args(["--server", cluster.url()])
+            .arg("--ca")
+            .arg(&ca)
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key)
+            .arg("--out")
+            .arg(dir.path().join("refused.kubeconfig"))
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{said}: {stderr}");
+        assert!(stderr.contains(said), "{said}: {stderr}");
+        if said != "is not the key of --cert" {
+            assert!(stderr.contains("reissue it as X.509 v3"), "{stderr}");
+        }
+    }
+    assert!(!dir.path().join("refused.kubeconfig").exists());
     cluster.shutdown().await;
 }
 
@@ -420,5 +458,186 @@ async fn insecure_skip_tls_verify_needs_the_flag_and_is_logged() {
         stdout.contains("==> warning: the API server's certificate is not verified"),
         "{stdout}"
     );
+    cluster.shutdown().await;
+}
+
+/// A tenant whose Role lacks exec is refused before anything exists, with
+/// every missing permission and the namespace named; so is a cleanup
+/// without its own verbs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_permissions_are_exit_2_before_anything_is_created() {
+    use kube_testcluster::rbac::{Role, Rule};
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    cluster.grant_tenant(Role {
+        namespace: "builds".into(),
+        rules: vec![
+            Rule::new("", &["secrets"], &["create", "patch", "delete", "list"]),
+            Rule::new("batch", &["jobs"], &["create", "delete"]),
+            Rule::new("", &["pods"], &["get", "list", "watch"]),
+            Rule::new("", &["events"], &["list"]),
+        ],
+    });
+    let tenant = cluster.tenant_kubeconfig("builds").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(&tenant)
+        .args(["run", "--executor", "k8s", "--image", &image()])
+        .args(["--name", "tenant", "--runner", "did:plc:tenant"])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .arg("--outputs")
+        .arg(dir.path().join("out"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for named in [
+        "list jobs (batch)",
+        "create pods/exec",
+        "get pods/exec",
+        "namespace builds",
+    ] {
+        assert!(stderr.contains(named), "{named} is not named: {stderr}");
+    }
+    assert!(dir.path().join("result.json").exists());
+    assert!(cluster.jobs("builds").is_empty() && cluster.secrets("builds").is_empty());
+
+    let out = cli(&tenant)
+        .args(["cleanup", "--executor", "k8s", "--runner", "did:plc:tenant"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("list jobs (batch)"), "{stderr}");
+    cluster.shutdown().await;
+}
+
+/// Issues, with openssl as a cluster admin would, a client certificate
+/// for `cn` in `dir`: X.509 v1 unless `v3`, already expired if `expired`.
+/// Returns (certificate, key) paths.
+async fn issue_with_openssl(dir: &Path, cn: &str, v3: bool, expired: bool) -> (PathBuf, PathBuf) {
+    let sh = |script: String| async move {
+        let out = Command::new("bash")
+            .arg("-ec")
+            .arg(&script)
+            .current_dir(dir)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    if !dir.join("issuer.crt").exists() {
+        sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout issuer.key -out issuer.crt -subj /CN=issuer -days 2 2>/dev/null".into()).await;
+    }
+    let days = if expired { -1 } else { 2 };
+    let ext = if v3 {
+        " -extfile <(printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth')"
+    } else {
+        ""
+    };
+    sh(format!(
+        "openssl req -newkey rsa:2048 -nodes -keyout {cn}.key -out {cn}.csr -subj /CN={cn} 2>/dev/null; \
+         openssl x509 -req -in {cn}.csr -CA issuer.crt -CAkey issuer.key -set_serial $RANDOM -days {days} -out {cn}.crt{ext} 2>/dev/null"
+    ))
+    .await;
+    (dir.join(format!("{cn}.crt")), dir.join(format!("{cn}.key")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_x509_v1_client_certificate_is_named_with_how_to_reissue_it() {
+    use base64::Engine as _;
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = issue_with_openssl(dir.path(), "v1user", false, false).await;
+    let b64 =
+        |p: &Path| base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap());
+    let kubeconfig: String = std::fs::read_to_string(cluster.kubeconfig())
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            if line.trim_start().starts_with("client-certificate-data:") {
+                format!("{indent}client-certificate-data: {}", b64(&cert))
+            } else if line.trim_start().starts_with("client-key-data:") {
+                format!("{indent}client-key-data: {}", b64(&key))
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path = dir.path().join("v1-kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    let out = cli(&path)
+        .args(["run", "--executor", "k8s", "--image", &image()])
+        .args(["--name", "v1", "--runner", "did:plc:v1"])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .arg("--outputs")
+        .arg(dir.path().join("out"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for said in [
+        "X.509 v1",
+        "only X.509 v3",
+        "client-certificate-data of user",
+        "openssl x509 -req",
+        "CertificateSigningRequest",
+    ] {
+        assert!(stderr.contains(said), "{said}: {stderr}");
+    }
+    cluster.shutdown().await;
+}
+
+/// The live proof as a tenant bound to exactly scripts/runner-role.yaml,
+/// in a namespace of its own: it passes, and says the user may not list nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_proof_passes_as_a_tenant_with_the_documented_role() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let role = std::fs::read_to_string(script("runner-role.yaml")).unwrap();
+    cluster.grant_tenant(kube_testcluster::rbac::Role {
+        namespace: "proof".into(),
+        rules: kube_testcluster::rbac::rules_from_role_yaml(&role),
+    });
+    let out = Command::new("bash")
+        .arg(script("live-proof.sh"))
+        .env("KUBECONFIG", cluster.tenant_kubeconfig("proof").unwrap())
+        .env("IMAGE", image())
+        .env("RUNNER_CLI", env!("CARGO_BIN_EXE_runner-cli"))
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for said in [
+        "create pods/exec: yes",
+        "list jobs (batch): yes",
+        "result: success",
+        "nodes are not visible to this user",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    assert!(cluster.jobs("proof").is_empty() && cluster.secrets("proof").is_empty());
     cluster.shutdown().await;
 }

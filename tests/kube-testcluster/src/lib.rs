@@ -23,6 +23,7 @@ pub mod exec;
 pub mod faults;
 mod jobs;
 mod kubelet;
+pub mod rbac;
 mod selectors;
 mod server;
 pub mod status;
@@ -122,6 +123,8 @@ impl TestCluster {
             address: addr.to_string(),
             auth: options.auth,
             token: creds.token.clone(),
+            tenant_cert: tls::der_of(&creds.tenant.cert)?,
+            tenant_role: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             protocols: Mutex::new(Vec::new()),
         });
@@ -163,6 +166,28 @@ impl TestCluster {
             &self.creds,
             auth,
             "default",
+        )
+    }
+
+    /// Binds the tenant ([`KubeconfigAuth::Tenant`]) to `role`, replacing
+    /// any earlier one; without a Role the tenant may do nothing.
+    pub fn grant_tenant(&self, role: rbac::Role) {
+        *self
+            .shared
+            .tenant_role
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(role);
+    }
+
+    /// A kubeconfig of the tenant whose context is in `namespace`.
+    pub fn tenant_kubeconfig(&self, namespace: &str) -> Result<PathBuf, Error> {
+        tls::write_kubeconfig(
+            self.dir.path(),
+            &format!("kubeconfig-tenant-{namespace}"),
+            &self.url,
+            &self.creds,
+            KubeconfigAuth::Tenant,
+            namespace,
         )
     }
 

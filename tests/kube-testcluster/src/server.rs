@@ -11,6 +11,7 @@ use crate::api::{self, error_response};
 use crate::exec::Protocol;
 use crate::faults::Faults;
 use crate::kubelet::Kubelet;
+use crate::rbac::{self, User};
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -46,6 +47,9 @@ pub struct Shared {
     pub(crate) address: String,
     pub(crate) auth: AuthMode,
     pub(crate) token: String,
+    /// The tenant certificate's DER: a client presenting it is the tenant.
+    pub(crate) tenant_cert: Vec<u8>,
+    pub(crate) tenant_role: Mutex<Option<crate::rbac::Role>>,
     pub(crate) requests: Mutex<Vec<Recorded>>,
     pub(crate) protocols: Mutex<Vec<Protocol>>,
 }
@@ -59,6 +63,46 @@ impl Shared {
     }
 }
 
+/// Answers an authenticated request as `user` may have it: a
+/// `SelfSubjectAccessReview`, a 403, or the API itself.
+async fn authorized(
+    shared: Arc<Shared>,
+    user: User,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<api::Body> {
+    let role = shared
+        .tenant_role
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let path = req.uri().path().to_string();
+    if req.method() == http::Method::POST
+        && path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    {
+        use http_body_util::BodyExt;
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
+        };
+        let review = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .or_else(|| rbac::review_from_protobuf(&body));
+        let Some(review) = review else {
+            return error_response(&ApiError::bad_request(
+                "the body is not a SelfSubjectAccessReview in JSON or protobuf",
+            ));
+        };
+        return api::json_response(201, &rbac::review(user, role.as_ref(), &review));
+    }
+    let query = req.uri().query().unwrap_or_default().to_string();
+    if let Some(attrs) = rbac::attributes(req.method().as_str(), &path, &query) {
+        if !rbac::allowed(user, role.as_ref(), &attrs) {
+            return error_response(&rbac::forbidden(user, &attrs));
+        }
+    }
+    api::handle(shared, req).await
+}
+
 /// Accepts connections until the listener task is aborted.
 pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     loop {
@@ -70,11 +114,16 @@ pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<Sha
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            let has_cert = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .is_some_and(|c| !c.is_empty());
+            let peer = tls.get_ref().1.peer_certificates();
+            let has_cert = peer.is_some_and(|c| !c.is_empty());
+            let user = if peer
+                .and_then(|c| c.first())
+                .is_some_and(|c| c.as_ref() == shared.tenant_cert.as_slice())
+            {
+                User::Tenant
+            } else {
+                User::Admin
+            };
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let shared = shared.clone();
                 async move {
@@ -101,7 +150,7 @@ pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<Sha
                     let response = if !authenticated {
                         error_response(&ApiError::unauthorized())
                     } else {
-                        api::handle(shared, req).await
+                        authorized(shared, user, req).await
                     };
                     Ok::<_, std::convert::Infallible>(response)
                 }

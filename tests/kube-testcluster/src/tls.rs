@@ -32,6 +32,9 @@ pub struct Credentials {
     pub client: Pem,
     /// A client certificate from a CA the server does not trust.
     pub stranger: Pem,
+    /// The tenant's client certificate: a user with no group, allowed only
+    /// what its Role grants (see [`crate::rbac`]).
+    pub tenant: Pem,
     /// The bearer token of token mode.
     pub token: String,
 }
@@ -109,6 +112,13 @@ impl Credentials {
             vec![],
             ExtendedKeyUsagePurpose::ClientAuth,
         )?;
+        let tenant = leaf(
+            &issuer,
+            crate::rbac::TENANT,
+            None,
+            vec![],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
         let (_, stranger_ca) = ca("somebody-else-ca")?;
         let stranger = leaf(
             &stranger_ca,
@@ -123,6 +133,7 @@ impl Credentials {
             server,
             client,
             stranger,
+            tenant,
             token,
         })
     }
@@ -154,6 +165,15 @@ impl Credentials {
     }
 }
 
+/// The DER of the first certificate in `pem`.
+pub(crate) fn der_of(pem: &str) -> Result<Vec<u8>, Error> {
+    certs(pem)?
+        .into_iter()
+        .next()
+        .map(|c| c.to_vec())
+        .ok_or_else(|| fail("no certificate in the PEM"))
+}
+
 fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
     use rustls::pki_types::pem::PemObject;
     CertificateDer::pem_slice_iter(pem.as_bytes())
@@ -181,6 +201,8 @@ pub enum KubeconfigAuth {
     Anonymous,
     /// A bearer token the cluster never issued.
     BadToken,
+    /// The tenant's certificate: only what [`crate::TestCluster::grant_tenant`] allows.
+    Tenant,
 }
 
 /// Writes a kubeconfig for `server` into `dir` and returns its path; the
@@ -205,6 +227,11 @@ pub fn write_kubeconfig(
             "    client-certificate-data: {}\n    client-key-data: {}\n",
             b64(&creds.stranger.cert),
             b64(&creds.stranger.key)
+        ),
+        KubeconfigAuth::Tenant => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(&creds.tenant.cert),
+            b64(&creds.tenant.key)
         ),
         KubeconfigAuth::Token => format!("    token: {}\n", creds.token),
         KubeconfigAuth::BadToken => "    token: not-a-token-of-this-cluster\n".to_string(),

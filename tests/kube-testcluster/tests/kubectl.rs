@@ -290,3 +290,47 @@ async fn kubectl_without_the_client_certificate_is_refused() {
     assert!(cluster.requests().iter().all(|r| !r.authenticated));
     cluster.shutdown().await;
 }
+
+/// The tenant's Role as kubectl sees it: `auth can-i` through
+/// SelfSubjectAccessReview, and a 403 Status kubectl prints as a real
+/// server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_the_tenants_role() {
+    use kube_testcluster::rbac::{Role, Rule};
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    cluster.grant_tenant(Role {
+        namespace: "ci".into(),
+        rules: vec![
+            Rule::new("batch", &["jobs"], &["create", "list"]),
+            Rule::new("", &["pods/exec"], &["create", "get"]),
+        ],
+    });
+    let tenant = cluster.tenant_kubeconfig("ci").unwrap();
+    for (args, answer) in [
+        (vec!["auth", "can-i", "create", "jobs.batch"], "yes"),
+        (vec!["auth", "can-i", "delete", "jobs.batch"], "no"),
+        (
+            vec!["auth", "can-i", "create", "pods", "--subresource=exec"],
+            "yes",
+        ),
+        (
+            vec!["auth", "can-i", "create", "jobs.batch", "-n", "default"],
+            "no",
+        ),
+    ] {
+        let out = kubectl_with(&tenant, &args, None).await;
+        assert_eq!(out.stdout.trim(), answer, "{args:?}: {}", out.stderr);
+    }
+    let out = kubectl_with(&tenant, &["get", "pods"], None).await;
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains(
+            "Error from server (Forbidden): pods is forbidden: User \"knotless-tenant\" cannot list resource \"pods\" in API group \"\" in the namespace \"ci\""
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_with(&tenant, &["get", "jobs"], None).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    cluster.shutdown().await;
+}

@@ -1,0 +1,101 @@
+//! The permissions a run and a cleanup use, checked before either
+//! creates anything, as `kubectl auth can-i` checks them.
+
+use executor_core::ExecutorError;
+
+use crate::cluster::Cluster;
+
+/// One permission: a verb on a resource (and subresource) of an API group,
+/// in the executor's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Permission {
+    /// `create`, `list`, ...
+    pub verb: &'static str,
+    /// `""` for the core group, `batch`.
+    pub group: &'static str,
+    /// `jobs`, `pods`, ...
+    pub resource: &'static str,
+    /// `exec`, or `""`.
+    pub subresource: &'static str,
+}
+
+impl std::fmt::Display for Permission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if !self.subresource.is_empty() {
+            write!(f, "/{}", self.subresource)?;
+        }
+        if !self.group.is_empty() {
+            write!(f, " ({})", self.group)?;
+        }
+        Ok(())
+    }
+}
+
+const fn p(
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    subresource: &'static str,
+) -> Permission {
+    Permission {
+        verb,
+        group,
+        resource,
+        subresource,
+    }
+}
+
+/// What removing a crashed run's objects uses: listing and deleting this
+/// runner's Jobs and Secrets, and waiting for the pods to go.
+pub const CLEANUP: &[Permission] = &[
+    p("list", "batch", "jobs", ""),
+    p("delete", "batch", "jobs", ""),
+    p("list", "", "secrets", ""),
+    p("delete", "", "secrets", ""),
+    p("list", "", "pods", ""),
+    p("watch", "", "pods", ""),
+];
+
+/// What a run uses, its pre-run cleanup included: the Secret (created,
+/// given its owner, deleted), the Job, its pod (found, watched, read), the
+/// pod's events, and exec into it (`create` and `get`: servers before 1.31
+/// authorize a WebSocket exec as `get`, later ones as `create`).
+pub const RUN: &[Permission] = &[
+    p("create", "", "secrets", ""),
+    p("patch", "", "secrets", ""),
+    p("delete", "", "secrets", ""),
+    p("list", "", "secrets", ""),
+    p("create", "batch", "jobs", ""),
+    p("delete", "batch", "jobs", ""),
+    p("list", "batch", "jobs", ""),
+    p("get", "", "pods", ""),
+    p("list", "", "pods", ""),
+    p("watch", "", "pods", ""),
+    p("list", "", "events", ""),
+    p("create", "", "pods", "exec"),
+    p("get", "", "pods", "exec"),
+];
+
+/// Asks the server about every permission in `needed` and fails, naming
+/// each one missing and the namespace, when any is.
+pub async fn check(cluster: &dyn Cluster, needed: &[Permission]) -> Result<(), ExecutorError> {
+    let answers =
+        futures_util::future::join_all(needed.iter().map(|p| cluster.access_review(p))).await;
+    let mut missing = Vec::new();
+    for (permission, answer) in needed.iter().zip(answers) {
+        if !answer? {
+            missing.push(permission.to_string());
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(ExecutorError::InvalidInput(format!(
+        "the cluster's credentials lack {} permission(s) in namespace {}: {}; bind the user to a \
+         Role that grants them (the README's minimal Role, scripts/runner-role.yaml)",
+        missing.len(),
+        cluster.namespace(),
+        missing.join(", ")
+    )))
+}
