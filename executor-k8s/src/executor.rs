@@ -173,9 +173,9 @@ impl K8sExecutor {
     /// Streams `dir` into `target` as tar over an exec and checks tar's status.
     ///
     /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
-    /// without closing the socket (and losing the status), and tar reads to
-    /// end of file, so there `head -c SIZE` ends tar's input instead; the
-    /// size comes from packing the folder once into nothing first.
+    /// without closing the socket (and losing the status), and busybox tar
+    /// reads to end of file, so there the stream goes in frames (see
+    /// [`crate::framed`]); it is packed once either way.
     async fn stream_in(&self, pod: &str, dir: &Path, target: &str) -> Result<(), ExecutorError> {
         let what = format!("copying {} into {target}", dir.display());
         let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
@@ -201,21 +201,24 @@ impl K8sExecutor {
                     .await;
             }
             // v4: closing this exec unsent gives tar an empty stdin; it
-            // extracts nothing, and the copy goes again, ended by size.
+            // extracts nothing, and the copy goes again, in frames.
             drop(conn);
         }
-        let size = tokio::io::copy(&mut pack_dir(dir), &mut tokio::io::sink())
-            .await
-            .map_err(|e| ExecutorError::backend(what.clone(), e))?;
+        // v4: the stream goes in frames that a shell loop in the pod
+        // unframes, so tar sees end of file while stdin stays open.
         let argv = vec![
             "sh".into(),
             "-c".into(),
-            "head -c \"$0\" | tar x -o -C \"$1\"".into(),
-            size.to_string(),
+            crate::framed::UNFRAME.into(),
+            "sh".into(),
+            "tar".into(),
+            "x".into(),
+            "-o".into(),
+            "-C".into(),
             target.into(),
         ];
-        let mut tar = pack_dir(dir);
-        self.exec_checked(pod, argv, Some(&mut tar), &mut tokio::io::sink(), &what)
+        let mut framed = crate::framed::Framed::new(pack_dir(dir));
+        self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), &what)
             .await
     }
 
@@ -386,7 +389,7 @@ impl Executor for K8sExecutor {
                 log.line(if v5 {
                     "exec protocol: v5.channel.k8s.io"
                 } else {
-                    "exec protocol: v4.channel.k8s.io (the cluster predates v5: stdin is ended by size, not by closing it)"
+                    "exec protocol: v4.channel.k8s.io (the cluster predates v5: streams in are framed, since stdin cannot be closed)"
                 });
                 if let Some(steps) = &run.steps_dir {
                     self.stream_in(&pod, steps, "/steps").await?;

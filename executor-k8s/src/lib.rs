@@ -25,6 +25,7 @@ pub mod cluster;
 mod dry_run;
 mod exec;
 mod executor;
+mod framed;
 mod job;
 mod kube_cluster;
 mod wait;
