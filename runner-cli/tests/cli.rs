@@ -453,6 +453,9 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
+    for leaked in ["dry-run-secret-value", "hunter2"] {
+        assert!(!stderr(&out).contains(leaked), "{}", stderr(&out));
+    }
     assert!(
         stdout.contains("secrets for every step's environment: DEPLOY_TOKEN"),
         "{stdout}"

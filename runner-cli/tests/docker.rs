@@ -198,6 +198,11 @@ fn dry_run_prints_every_call_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(!stdout.contains("hunter2"), "{stdout}");
     assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("dry-run-secret-value") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
     assert!(stdout.contains("DEPLOY_TOKEN=[MASKED]"), "{stdout}");
     for expected in [
         "\"PidsLimit\": 4096",

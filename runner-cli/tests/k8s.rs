@@ -265,6 +265,11 @@ async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
     }
     assert!(!stdout.contains("hunter2"));
     assert!(!stdout.contains("dry-run-secret-value"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("dry-run-secret-value") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
     for never in ["caches", "outputs"] {
         assert!(!dir.path().join(never).exists(), "the dry-run made {never}");
     }

@@ -243,12 +243,14 @@ pub async fn concurrent_saves_never_mix(backend: &dyn Backend) {
         ra.caches,
         rb.caches
     );
-    let first = stored(&store, "1").unwrap_or_default();
+    // A saved copy must exist, be one run's whole, and be nobody else's.
+    let first = stored(&store, "1").expect("no saved copy after two saves that succeeded");
+    assert!(first == "a\n" || first == "b\n", "{first:?}");
     for f in ["2", "3", "4", "5"] {
         assert_eq!(
-            stored(&store, f).unwrap_or_default(),
-            first,
-            "the copy mixes two runs"
+            stored(&store, f).as_deref(),
+            Some(first.as_str()),
+            "the copy mixes two runs, or lost file {f}"
         );
     }
     assert_nothing_left(backend, &a.runner).await;

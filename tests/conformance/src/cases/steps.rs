@@ -98,8 +98,10 @@ pub async fn variables_reach_steps(backend: &dyn Backend) {
     spec = spec.step(
         Step::new(
             "check",
-            r#"[ "$RUN_VAR" = run ] && [ "$BOTH" = step ] && [ "$STEP_VAR" = "with space" ]
-               [ -d "$WORK_DIR" ] && [ -d "$STEPS_DIR" ] && [ -d "$OUTPUTS_DIR" ]
+            // Printed and checked here: under `sh -e` a failing test in
+            // an `&&` list that is not the last one ends nothing.
+            r#"printf 'run=%s both=%s step=%s\n' "$RUN_VAR" "$BOTH" "$STEP_VAR"
+               for d in "$WORK_DIR" "$STEPS_DIR" "$OUTPUTS_DIR"; do test -d "$d"; done
                echo vars-ok"#,
         )
         .env("BOTH", "step")
@@ -111,6 +113,11 @@ pub async fn variables_reach_steps(backend: &dyn Backend) {
     ));
     let (result, log) = run_to_end(backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
-    assert!(log.text().contains("vars-ok") && log.text().contains("scoped-ok"));
+    let text = log.text();
+    assert!(
+        text.contains("run=run both=step step=with space\nvars-ok"),
+        "run variables, a step's override and its own variable: {text}"
+    );
+    assert!(text.contains("scoped-ok"), "{text}");
     assert_nothing_left(backend, &fx.runner).await;
 }
