@@ -8,7 +8,7 @@
 //! behind the loop sees end of file after the last frame, while stdin
 //! stays open. Frames are large (a few MiB), so the loop costs a handful
 //! of `dd` starts per GiB; the stream is packed once and never measured
-//! first. (`tar x` alone cannot be trusted to stop at the end-of-archive
+//! first, and the next frame is filled while one is sent. (`tar x` alone cannot be trusted to stop at the end-of-archive
 //! marker: busybox's reads on to end of file.)
 
 use std::io;
@@ -25,111 +25,102 @@ pub const FRAME: usize = 4 << 20;
 pub const UNFRAME: &str = "while read -r n && [ \"$n\" -gt 0 ]; do \
      dd bs=\"$n\" count=1 iflag=fullblock 2>/dev/null || exit 1; done | \"$@\"";
 
-/// Frames `inner` for [`UNFRAME`].
-pub struct Framed<R> {
-    inner: R,
-    /// FRAME bytes once the first read comes; `filled` of them hold data.
-    frame: Vec<u8>,
-    filled: usize,
-    header: Vec<u8>,
-    /// Bytes of the current frame (header and body) already handed out.
+/// Frames `inner` for [`UNFRAME`]. A task of its own fills the next
+/// frame while this one is read and sent: filling (reading the files) and
+/// sending overlap as they do on v5, where no frame is needed.
+pub struct Framed {
+    frames: tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    filler: tokio::task::JoinHandle<()>,
+    /// The frame being handed out (length line and body) and how much of it is out.
+    current: Vec<u8>,
     sent: usize,
-    source_done: bool,
-    state: State,
+    done: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Filling,
-    Sending,
-    /// Handing out the end mark; bytes of it already handed out.
-    Ending(usize),
-    Done,
-}
-
-const END: &[u8] = b"0\n";
-
-impl<R> Framed<R> {
-    /// A framing reader over `inner`.
-    pub fn new(inner: R) -> Self {
+impl Framed {
+    /// A framing reader over `inner`; must be called inside a Tokio runtime.
+    pub fn new(inner: impl AsyncRead + Send + Unpin + 'static) -> Self {
+        // One frame queued while one is sent: at most three in memory.
+        let (tx, frames) = tokio::sync::mpsc::channel(1);
+        let filler = tokio::spawn(fill(inner, tx));
         Framed {
-            inner,
-            frame: Vec::new(),
-            filled: 0,
-            header: Vec::new(),
+            frames,
+            filler,
+            current: Vec::new(),
             sent: 0,
-            source_done: false,
-            state: State::Filling,
+            done: false,
         }
     }
 }
 
-impl<R: AsyncRead + Unpin> AsyncRead for Framed<R> {
+impl Drop for Framed {
+    fn drop(&mut self) {
+        self.filler.abort();
+    }
+}
+
+/// Reads `inner` into frames, each with its length line in front; the last
+/// is the end mark. An error is passed on and ends the frames, so a failed
+/// source never reaches the end mark.
+async fn fill(
+    mut inner: impl AsyncRead + Unpin,
+    tx: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>,
+) {
+    use tokio::io::AsyncReadExt;
+    loop {
+        let mut frame = Vec::with_capacity(FRAME + 16);
+        let mut body = (&mut inner).take(FRAME as u64);
+        let read = body.read_to_end(&mut frame).await;
+        let got = match read {
+            Ok(got) => got,
+            Err(err) => {
+                let _ = tx.send(Err(err)).await;
+                return;
+            }
+        };
+        let mut out = format!("{got}\n").into_bytes();
+        if got > 0 {
+            out.append(&mut frame);
+        }
+        if tx.send(Ok(out)).await.is_err() || got == 0 {
+            return;
+        }
+    }
+}
+
+impl AsyncRead for Framed {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        loop {
-            match this.state {
-                State::Filling => {
-                    if this.frame.len() < FRAME {
-                        this.frame = vec![0; FRAME];
-                    }
-                    let mut buf = ReadBuf::new(&mut this.frame[this.filled..]);
-                    ready!(Pin::new(&mut this.inner).poll_read(cx, &mut buf))?;
-                    let got = buf.filled().len();
-                    this.filled += got;
-                    if got == 0 {
-                        this.source_done = true;
-                    }
-                    if this.source_done || this.filled == FRAME {
-                        if this.filled == 0 {
-                            this.state = State::Ending(0);
-                        } else {
-                            this.header = format!("{}\n", this.filled).into_bytes();
-                            this.sent = 0;
-                            this.state = State::Sending;
-                        }
-                    }
+        while this.sent == this.current.len() {
+            if this.done {
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(this.frames.poll_recv(cx)) {
+                Some(Ok(frame)) => {
+                    this.done = frame == END;
+                    this.current = frame;
+                    this.sent = 0;
                 }
-                State::Sending => {
-                    let total = this.header.len() + this.filled;
-                    if this.sent == total {
-                        this.filled = 0;
-                        this.state = if this.source_done {
-                            State::Ending(0)
-                        } else {
-                            State::Filling
-                        };
-                        continue;
-                    }
-                    let (src, at) = if this.sent < this.header.len() {
-                        (&this.header[..], this.sent)
-                    } else {
-                        (&this.frame[..this.filled], this.sent - this.header.len())
-                    };
-                    let n = (src.len() - at).min(out.remaining());
-                    out.put_slice(&src[at..at + n]);
-                    this.sent += n;
-                    return Poll::Ready(Ok(()));
+                Some(Err(err)) => return Poll::Ready(Err(err)),
+                None => {
+                    return Poll::Ready(Err(io::Error::other(
+                        "the stream's framing task ended before its end mark",
+                    )))
                 }
-                State::Ending(at) => {
-                    let n = (END.len() - at).min(out.remaining());
-                    out.put_slice(&END[at..at + n]);
-                    this.state = if at + n == END.len() {
-                        State::Done
-                    } else {
-                        State::Ending(at + n)
-                    };
-                    return Poll::Ready(Ok(()));
-                }
-                State::Done => return Poll::Ready(Ok(())),
             }
         }
+        let n = (this.current.len() - this.sent).min(out.remaining());
+        out.put_slice(&this.current[this.sent..this.sent + n]);
+        this.sent += n;
+        Poll::Ready(Ok(()))
     }
 }
+
+const END: &[u8] = b"0\n";
 
 #[cfg(test)]
 mod tests {
@@ -161,7 +152,7 @@ mod tests {
         for size in [0, 1, 4096, FRAME - 1, FRAME, FRAME + 1, 3 * FRAME + 12345] {
             let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
             let mut framed = Vec::new();
-            Framed::new(&data[..])
+            Framed::new(std::io::Cursor::new(data.clone()))
                 .read_to_end(&mut framed)
                 .await
                 .unwrap();
@@ -182,7 +173,7 @@ mod tests {
         assert!(!framed.ends_with(b"0\n"));
     }
 
-    fn tokio_test_reader() -> impl AsyncRead + Unpin {
+    fn tokio_test_reader() -> impl AsyncRead + Send + Unpin + 'static {
         use tokio::io::AsyncReadExt as _;
         (&b"some bytes"[..]).chain(FailingRead)
     }
