@@ -24,6 +24,23 @@ fn cli(kubeconfig: &Path) -> Command {
     cmd
 }
 
+/// `run` of examples/ on the k8s executor as `name`, its outputs in
+/// `dir/out` and its result in `dir/out.json`.
+fn example_run(kubeconfig: &Path, name: &str, dir: &Path, out: &str) -> Command {
+    let mut cmd = cli(kubeconfig);
+    cmd.args(["run", "--executor", "k8s", "--image", &image()])
+        .args(["--name", name, "--runner", &format!("did:plc:{name}")])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(examples().join("steps.tsv"))
+        .arg("--outputs")
+        .arg(dir.join(out))
+        .arg("--result")
+        .arg(dir.join(format!("{out}.json")));
+    cmd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_runs_on_k8s_as_the_readme_shows() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -424,18 +441,8 @@ async fn insecure_skip_tls_verify_needs_the_flag_and_is_logged() {
     let kubeconfig = dir.path().join("insecure-kubeconfig");
     std::fs::write(&kubeconfig, insecure).unwrap();
     let run = |extra: &[&str], out: &str| {
-        let mut cmd = cli(&kubeconfig);
-        cmd.args(["run", "--executor", "k8s", "--image", &image()])
-            .args(["--name", "insecure", "--runner", "did:plc:insecure"])
-            .args(extra)
-            .arg("--workdir")
-            .arg(examples())
-            .arg("--steps-file")
-            .arg(examples().join("steps.tsv"))
-            .arg("--outputs")
-            .arg(dir.path().join(out))
-            .arg("--result")
-            .arg(dir.path().join(format!("{out}.json")));
+        let mut cmd = example_run(&kubeconfig, "insecure", dir.path(), out);
+        cmd.args(extra);
         cmd
     };
     let refused = run(&[], "refused").output().await.unwrap();
@@ -484,17 +491,7 @@ async fn missing_permissions_are_exit_2_before_anything_is_created() {
     });
     let tenant = cluster.tenant_kubeconfig("builds").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let out = cli(&tenant)
-        .args(["run", "--executor", "k8s", "--image", &image()])
-        .args(["--name", "tenant", "--runner", "did:plc:tenant"])
-        .arg("--workdir")
-        .arg(examples())
-        .arg("--steps-file")
-        .arg(examples().join("steps.tsv"))
-        .arg("--outputs")
-        .arg(dir.path().join("out"))
-        .arg("--result")
-        .arg(dir.path().join("result.json"))
+    let out = example_run(&tenant, "tenant", dir.path(), "out")
         .output()
         .await
         .unwrap();
@@ -508,7 +505,7 @@ async fn missing_permissions_are_exit_2_before_anything_is_created() {
     ] {
         assert!(stderr.contains(named), "{named} is not named: {stderr}");
     }
-    assert!(dir.path().join("result.json").exists());
+    assert!(dir.path().join("out.json").exists());
     assert!(cluster.jobs("builds").is_empty() && cluster.secrets("builds").is_empty());
 
     let out = cli(&tenant)
@@ -582,17 +579,7 @@ async fn an_x509_v1_client_certificate_is_named_with_how_to_reissue_it() {
         .join("\n");
     let path = dir.path().join("v1-kubeconfig");
     std::fs::write(&path, kubeconfig).unwrap();
-    let out = cli(&path)
-        .args(["run", "--executor", "k8s", "--image", &image()])
-        .args(["--name", "v1", "--runner", "did:plc:v1"])
-        .arg("--workdir")
-        .arg(examples())
-        .arg("--steps-file")
-        .arg(examples().join("steps.tsv"))
-        .arg("--outputs")
-        .arg(dir.path().join("out"))
-        .arg("--result")
-        .arg(dir.path().join("result.json"))
+    let out = example_run(&path, "v1", dir.path(), "out")
         .output()
         .await
         .unwrap();

@@ -514,20 +514,7 @@ impl Kubelet {
     /// An emptyDir is world-writable (0777), so a container running as any
     /// user can write it; a fresh Docker volume is root's, 0755.
     async fn open_empty_dirs(&self, id: &str, spec: &Value, container: &Value) {
-        let empty_dirs: Vec<&str> = spec["volumes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|v| v.get("emptyDir").is_some())
-            .filter_map(|v| v["name"].as_str())
-            .collect();
-        let paths: Vec<String> = container["volumeMounts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|m| m["name"].as_str().is_some_and(|n| empty_dirs.contains(&n)))
-            .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
-            .collect();
+        let paths = empty_dir_mounts(spec, container);
         if paths.is_empty() {
             return;
         }
@@ -565,21 +552,10 @@ impl Kubelet {
                     .collect()
             })
         };
-        let empty_dirs: Vec<&str> = spec["volumes"]
-            .as_array()
+        let mounts: Vec<Mount> = empty_dir_mounts(spec, container)
             .into_iter()
-            .flatten()
-            .filter(|v| v.get("emptyDir").is_some())
-            .filter_map(|v| v["name"].as_str())
-            .collect();
-        let mounts: Vec<Mount> = container["volumeMounts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|m| m["name"].as_str().is_some_and(|n| empty_dirs.contains(&n)))
-            .filter_map(|m| m["mountPath"].as_str())
             .map(|path| Mount {
-                target: Some(path.to_string()),
+                target: Some(path),
                 typ: Some(MountType::VOLUME),
                 ..Default::default()
             })
@@ -756,4 +732,22 @@ pub async fn remove_cluster_containers(docker: &Docker, cluster_id: &str) {
             }
         }
     }
+}
+
+/// Where `container` mounts the pod's emptyDir volumes.
+fn empty_dir_mounts(spec: &Value, container: &Value) -> Vec<String> {
+    let empty_dirs: Vec<&str> = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("emptyDir").is_some())
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    container["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["name"].as_str().is_some_and(|n| empty_dirs.contains(&n)))
+        .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
+        .collect()
 }
