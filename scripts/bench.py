@@ -218,6 +218,17 @@ spec:
 """)
         return manifest
 
+    def baseline_exec(self, executor):
+        """Where a baseline runs for `executor`: a fresh container (docker;
+        the caller removes it) or the kubectl baseline pod (k8s, both
+        modes). Returns the container id or None, the tool's name, its
+        exec with and without stdin, and the note a v4 row's baseline gets."""
+        cid = self.container() if executor == "docker" else None
+        tool = "docker" if cid else "kubectl"
+        exec_in = f"docker exec -i {cid}" if cid else f"kubectl exec -i {self.baseline_pod()} --"
+        exec_out = f"docker exec {cid}" if cid else f"kubectl exec {self.baseline_pod()} --"
+        return cid, tool, exec_in, exec_out, V5_BASE if executor == "k8s-v4" else ""
+
     def baseline_pod(self):
         """The name of the pod the kubectl baselines exec in, made on first use."""
         if getattr(self, "k8s_pod", None) is None:
@@ -305,11 +316,7 @@ spec:
         if not self.can_drop_caches:
             self.notes.append("Not run as root: the transfer rows could not drop the kernel's caches between repetitions (see `settle` in the script), so rows with many files depend on what the repetition before them deleted.")
         for executor, where in [("docker", "docker"), *K8S_MODES]:
-            cid = self.container() if executor == "docker" else None
-            tool = "docker" if cid else "kubectl"
-            exec_in = f"docker exec -i {cid}" if cid else f"kubectl exec -i {self.baseline_pod()} --"
-            exec_out = f"docker exec {cid}" if cid else f"kubectl exec {self.baseline_pod()} --"
-            v5_base = V5_BASE if executor == "k8s-v4" else ""
+            cid, tool, exec_in, exec_out, v5_base = self.baseline_exec(executor)
             try:
                 for label, src, make, steps_dir in cases:
                     # Checkout in: the runner's own start phase (environment
@@ -560,11 +567,7 @@ spec:
                 assert r["hit"] and r["saved"], r
                 return r["msIn"] / 1000, r["msOut"] / 1000
             ours_in, ours_out = self.median(warm)
-            cid = self.container() if executor == "docker" else None
-            tool = "docker" if cid else "kubectl"
-            exec_in = f"docker exec -i {cid}" if cid else f"kubectl exec -i {self.baseline_pod()} --"
-            exec_out = f"docker exec {cid}" if cid else f"kubectl exec {self.baseline_pod()} --"
-            v5_base = V5_BASE if executor == "k8s-v4" else ""
+            cid, tool, exec_in, exec_out, v5_base = self.baseline_exec(executor)
             try:
                 def base_in():
                     self.sh(f"{exec_out} sh -c 'rm -rf /vol/cache && mkdir /vol/cache'", shell=True)

@@ -260,7 +260,15 @@ impl Kubelet {
             "kubelet",
         );
 
-        let env = match self.resolve_env(ns, container) {
+        // Both are the kubelet's CreateContainerConfigError: the pod waits.
+        let config = match self.resolve_env(ns, container) {
+            Ok(env) => self
+                .check_non_root(ns, name, container, &image)
+                .await
+                .map(|()| env),
+            Err(msg) => Err(msg),
+        };
+        let env = match config {
             Ok(env) => env,
             Err(msg) => {
                 self.set_status(ns, name, waiting("CreateContainerConfigError", &msg));
@@ -274,17 +282,6 @@ impl Kubelet {
                 return Ok(());
             }
         };
-        if let Err(msg) = self.check_non_root(ns, name, container, &image).await {
-            self.set_status(ns, name, waiting("CreateContainerConfigError", &msg));
-            self.event(
-                &pod,
-                "Warning",
-                "Failed",
-                &format!("Error: {msg}"),
-                "kubelet",
-            );
-            return Ok(());
-        }
         let id = self
             .create_container(ns, name, &spec, container, env)
             .await
