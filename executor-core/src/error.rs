@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::tar::UnpackError;
+use crate::{Failure, FailureKind};
 
 /// Why an [`Executor`](crate::Executor) operation failed.
 ///
@@ -39,6 +40,11 @@ pub enum ExecutorError {
         context: String,
         /// What the engine said.
         message: String,
+        /// What kind of failure the engine's answer shows.
+        kind: FailureKind,
+        /// Whether a fresh attempt could fix it (an image pull that failed
+        /// for a transient reason is, a missing image is not).
+        retryable: bool,
     },
 
     /// A command ended but its exit status never arrived. Never treated as success.
@@ -69,9 +75,86 @@ impl ExecutorError {
     /// assert_eq!(err.to_string(), "create container: no such image: busybox");
     /// ```
     pub fn backend(context: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Self::classified(FailureKind::Internal, context, message)
+    }
+
+    /// Builds a [`ExecutorError::Backend`] of a known kind, retryable as
+    /// the kind is.
+    ///
+    /// ```
+    /// use executor_core::{ExecutorError, FailureKind};
+    /// let err = ExecutorError::classified(FailureKind::Evicted, "step build", "pod p was evicted");
+    /// assert_eq!(err.kind(), FailureKind::Evicted);
+    /// assert!(err.retryable());
+    /// ```
+    pub fn classified(
+        kind: FailureKind,
+        context: impl Into<String>,
+        message: impl std::fmt::Display,
+    ) -> Self {
         ExecutorError::Backend {
             context: context.into(),
             message: message.to_string(),
+            kind,
+            retryable: kind.retryable(),
+        }
+    }
+
+    /// The engine or API server did not answer, or failed in a way a later
+    /// call may not (refused, reset, timed out, 429, 5xx).
+    pub fn unreachable(context: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Self::classified(FailureKind::Unreachable, context, message)
+    }
+
+    /// The image could not be had; `transient` when the pull failed for a
+    /// reason a later pull may not meet (a registry that did not answer).
+    ///
+    /// ```
+    /// use executor_core::ExecutorError;
+    /// assert!(!ExecutorError::image("pulling x", "manifest unknown", false).retryable());
+    /// assert!(ExecutorError::image("pulling x", "i/o timeout", true).retryable());
+    /// ```
+    pub fn image(
+        context: impl Into<String>,
+        message: impl std::fmt::Display,
+        transient: bool,
+    ) -> Self {
+        ExecutorError::Backend {
+            context: context.into(),
+            message: message.to_string(),
+            kind: FailureKind::Image,
+            retryable: transient,
+        }
+    }
+
+    /// What kind of failure this error is, for the result's `failure`.
+    ///
+    /// A lost exit status is `unreachable`: the stream carrying it broke,
+    /// never a success. An interrupt is `cancelled`.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ExecutorError::InvalidInput(_) => FailureKind::Input,
+            ExecutorError::Io { .. } | ExecutorError::Unpack(_) => FailureKind::Internal,
+            ExecutorError::Backend { kind, .. } => *kind,
+            ExecutorError::LostExitStatus { .. } => FailureKind::Unreachable,
+            ExecutorError::EnvironmentLost(_) => FailureKind::EnvironmentLost,
+            ExecutorError::Interrupted => FailureKind::Cancelled,
+        }
+    }
+
+    /// Whether a fresh attempt in a new environment could fix it.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ExecutorError::Backend { retryable, .. } => *retryable,
+            other => other.kind().retryable(),
+        }
+    }
+
+    /// The result's `failure` for this error, with `message` as its text.
+    pub fn failure(&self, message: impl Into<String>) -> Failure {
+        Failure {
+            retryable: self.retryable(),
+            ..Failure::new(self.kind(), message)
         }
     }
 

@@ -81,6 +81,15 @@ pub enum CommandOutcome {
         /// What the backend knows beyond the code, e.g. `OOMKilled`.
         reason: Option<String>,
     },
+    /// The kernel's OOM killer struck in the environment while the command
+    /// ran: a step failure of kind [`FailureKind::Oom`](crate::FailureKind::Oom),
+    /// whatever the exit code says.
+    OutOfMemory {
+        /// The exit code, when one came (137 for a SIGKILL).
+        code: Option<i32>,
+        /// What the backend knows, e.g. the memory limit.
+        detail: String,
+    },
     /// The interrupt token fired and the command's processes were killed.
     Interrupted,
 }

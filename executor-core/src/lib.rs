@@ -22,6 +22,7 @@ pub mod cache;
 mod driver;
 mod error;
 mod executor;
+pub mod failure;
 pub mod labels;
 mod log;
 pub mod mask;
@@ -38,6 +39,7 @@ pub use error::ExecutorError;
 #[cfg(feature = "mock")]
 pub use executor::MockExecutor;
 pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand};
+pub use failure::{Failure, FailureKind, RetryPolicy};
 pub use log::{MemoryLog, RunLog};
 pub use mask::{Masker, Secret};
 pub use model::{
@@ -45,7 +47,7 @@ pub use model::{
     DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
 };
 pub use result::{
-    manifest, media_type, OutputFile, Phases, RunResult, RunStatus, StepResult, StepStatus,
-    RESULT_SCHEMA,
+    manifest, media_type, Attempt, OutputFile, Phases, RunResult, RunStatus, StepResult,
+    StepStatus, RESULT_SCHEMA,
 };
 pub use steps_file::{parse_steps, read_steps_file, StepsFileError};

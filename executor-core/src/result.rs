@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tokio::io::AsyncReadExt;
 
-use crate::ExecutorError;
+use crate::{ExecutorError, Failure};
 
 /// The JSON Schema of [`RunResult`], as shipped in `executor-core/schema/`.
 pub const RESULT_SCHEMA: &str = include_str!("../schema/run-result.schema.json");
@@ -99,6 +99,9 @@ pub struct StepResult {
     pub finished_at: Option<OffsetDateTime>,
     /// Milliseconds it took; 0 for a skipped step.
     pub duration_ms: u64,
+    /// Why it did not succeed; `null` for a successful or skipped step.
+    #[serde(default)]
+    pub failure: Option<crate::Failure>,
 }
 
 impl StepResult {
@@ -112,7 +115,22 @@ impl StepResult {
             started_at: None,
             finished_at: None,
             duration_ms: 0,
+            failure: None,
         }
+    }
+}
+
+impl StepResult {
+    fn texts(&mut self) -> impl Iterator<Item = &mut String> {
+        std::iter::once(&mut self.name)
+            .chain(self.error.as_mut())
+            .chain(self.failure.iter_mut().flat_map(Failure::texts))
+    }
+}
+
+impl Failure {
+    fn texts(&mut self) -> impl Iterator<Item = &mut String> {
+        std::iter::once(&mut self.message).chain(self.step.as_mut())
     }
 }
 
@@ -144,6 +162,10 @@ pub struct RunResult {
     pub status: RunStatus,
     /// What went wrong, when something did.
     pub error: Option<String>,
+    /// What kind of failure ended the run, whether a retry could fix it,
+    /// and in which step; `null` for a successful run.
+    #[serde(default)]
+    pub failure: Option<crate::Failure>,
     /// When the run started.
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
@@ -164,6 +186,34 @@ pub struct RunResult {
     pub caches: Vec<crate::CacheResult>,
     /// Time spent outside the steps.
     #[serde(default)]
+    pub phases: Phases,
+    /// Every attempt in order, the last one described by the fields above
+    /// (`status`, `error`, `failure`, `steps`, `phases`); more than one
+    /// only when a retryable failure was retried
+    /// ([`RetryPolicy`](crate::RetryPolicy)).
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+}
+
+/// One attempt of a run: its own steps, failure and timings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// 1 for the first attempt.
+    pub number: u32,
+    /// How the attempt ended.
+    pub status: RunStatus,
+    /// Why it did not succeed; `null` when it did.
+    pub failure: Option<crate::Failure>,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When it ended.
+    #[serde(with = "time::serde::rfc3339")]
+    pub finished_at: OffsetDateTime,
+    /// Its steps, as in the result's `steps`.
+    pub steps: Vec<StepResult>,
+    /// Its time outside the steps.
     pub phases: Phases,
 }
 
@@ -202,11 +252,14 @@ impl RunResult {
         let texts = [&mut self.name, &mut self.runner, &mut self.executor]
             .into_iter()
             .chain(self.error.as_mut())
-            .chain(
-                self.steps
+            .chain(self.failure.iter_mut().flat_map(Failure::texts))
+            .chain(self.steps.iter_mut().flat_map(StepResult::texts))
+            .chain(self.attempts.iter_mut().flat_map(|a| {
+                a.failure
                     .iter_mut()
-                    .flat_map(|s| std::iter::once(&mut s.name).chain(s.error.as_mut())),
-            )
+                    .flat_map(Failure::texts)
+                    .chain(a.steps.iter_mut().flat_map(StepResult::texts))
+            }))
             .chain(self.outputs.iter_mut().map(|o| &mut o.path))
             .chain(
                 self.refused
@@ -220,6 +273,21 @@ impl RunResult {
             );
         for text in texts {
             masker.mask_string(text);
+        }
+    }
+
+    /// The `runner-cli` exit code of this result: the failure kind's
+    /// ([`FailureKind::exit_code`](crate::FailureKind::exit_code)), else the
+    /// status's.
+    ///
+    /// ```
+    /// # let result: executor_core::RunResult = serde_json::from_str(r#"{"name":"r","runner":"did:plc:r","executor":"shell","status":"error","error":"bad","failure":{"kind":"input","message":"bad","retryable":false,"step":null},"startedAt":"2026-01-01T00:00:00Z","finishedAt":"2026-01-01T00:00:00Z","steps":[],"outputs":[]}"#).unwrap();
+    /// assert_eq!(result.exit_code(), 2);
+    /// ```
+    pub fn exit_code(&self) -> i32 {
+        match &self.failure {
+            Some(failure) => failure.kind.exit_code(),
+            None => self.status.exit_code(),
         }
     }
 

@@ -36,7 +36,7 @@ impl BollardEngine {
     pub async fn connect() -> Result<Self, ExecutorError> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string());
         let unreachable = |err: &dyn std::fmt::Display| {
-            ExecutorError::backend(
+            ExecutorError::unreachable(
                 "connecting to the container engine",
                 format!(
                     "no Docker engine answers at {host} ({err}); start one or point DOCKER_HOST at it"
@@ -141,18 +141,51 @@ fn container_gone(err: &bollard::errors::Error) -> bool {
 
 fn fail(context: impl Into<String>) -> impl Fn(bollard::errors::Error) -> ExecutorError {
     let context = context.into();
+    move |err| match &err {
+        bollard::errors::Error::DockerResponseServerError {
+            message,
+            status_code,
+        } => {
+            let message = format!("{message} (HTTP {status_code})");
+            // The engine answered: its error stands, except for the
+            // answers a proxy or a busy engine gives that a later call may not.
+            if matches!(status_code, 429 | 502 | 503 | 504) {
+                ExecutorError::unreachable(context.clone(), message)
+            } else {
+                ExecutorError::backend(context.clone(), message)
+            }
+        }
+        // No answer at all: the connection was refused, reset or timed out.
+        other => ExecutorError::unreachable(context.clone(), other.to_string()),
+    }
+}
+
+/// An image pull's failure: transient when the registry did not answer or
+/// was overloaded, not when it answered that the image is missing or refused.
+fn pull_failed(image: &str) -> impl Fn(bollard::errors::Error) -> ExecutorError + '_ {
     move |err| {
+        let context = format!("pulling image {image}");
         let message = match &err {
             bollard::errors::Error::DockerResponseServerError {
                 message,
                 status_code,
-            } => {
-                format!("{message} (HTTP {status_code})")
-            }
-            other => other.to_string(),
+            } => format!("{message} (HTTP {status_code})"),
+            bollard::errors::Error::DockerStreamError { error } => error.clone(),
+            // No answer from the engine itself.
+            _ => return fail(context)(err),
         };
-        ExecutorError::backend(context.clone(), message)
+        ExecutorError::image(
+            context,
+            &message,
+            executor_core::failure::transient_pull_error(&message),
+        )
     }
+}
+
+/// Whether the engine refused to create a container for its image.
+fn is_image_refusal(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("invalid reference format") || message.contains("no such image")
 }
 
 #[async_trait]
@@ -174,7 +207,7 @@ impl Engine for BollardEngine {
         };
         let mut progress = self.docker.create_image(Some(options), None, None);
         while let Some(item) = progress.next().await {
-            item.map_err(fail(format!("pulling image {image}")))?;
+            item.map_err(pull_failed(image))?;
         }
         Ok(())
     }
@@ -189,7 +222,17 @@ impl Engine for BollardEngine {
             .docker
             .create_container(Some(options), body)
             .await
-            .map_err(fail(format!("creating a container from {}", spec.image)))?;
+            .map_err(|err| {
+                let context = format!("creating a container from {}", spec.image);
+                match &err {
+                    bollard::errors::Error::DockerResponseServerError { message, .. }
+                        if is_image_refusal(message) =>
+                    {
+                        ExecutorError::image(context, message, false)
+                    }
+                    _ => fail(context)(err),
+                }
+            })?;
         Ok(created.id)
     }
 
@@ -469,5 +512,25 @@ mod tests {
             assert_eq!(super::pull_reference(&image), (repo, digest), "{image}");
         }
         assert_eq!(super::pull_reference("busybox:1"), ("busybox", "1"));
+    }
+
+    #[test]
+    fn pull_errors_are_transient_only_when_the_registry_did_not_answer() {
+        for transient in [
+            "Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io on 127.0.0.53:53: server misbehaving",
+            "Get \"https://r.example/v2/\": net/http: TLS handshake timeout",
+            "toomanyrequests: You have reached your pull rate limit.",
+            "received unexpected HTTP status: 503 Service Unavailable",
+        ] {
+            assert!(executor_core::failure::transient_pull_error(transient), "{transient}");
+        }
+        for permanent in [
+            "manifest for busybox:nope not found: manifest unknown: manifest unknown",
+            "pull access denied for private/x, repository does not exist or may require 'docker login'",
+            "invalid reference format",
+            "something nobody has seen before",
+        ] {
+            assert!(!executor_core::failure::transient_pull_error(permanent), "{permanent}");
+        }
     }
 }

@@ -137,10 +137,14 @@ impl DockerExecutor {
                 if self.engine.image_present(image).await? {
                     Ok(())
                 } else {
-                    Err(ExecutorError::InvalidInput(format!(
-                        "image {image} is not on the engine and --pull never forbids pulling it; \
-                         load it first (docker pull, docker load or docker import) or use --pull missing"
-                    )))
+                    Err(ExecutorError::image(
+                        format!("starting a run from {image}"),
+                        format!(
+                            "image {image} is not on the engine and --pull never forbids pulling it; \
+                             load it first (docker pull, docker load or docker import) or use --pull missing"
+                        ),
+                        false,
+                    ))
                 }
             }
         }
@@ -294,7 +298,9 @@ impl DockerExecutor {
         count > before
     }
 
-    /// What a missing or 137 exit code means, from the container's state.
+    /// What a missing or failing exit code means, from the container's
+    /// state: an error when the container is gone, the OOM kill's words
+    /// when the kernel killed in it.
     async fn explain(&self, id: &str, code: Option<i64>) -> Result<Option<String>, ExecutorError> {
         let state = self.engine.inspect(id).await?;
         if !state.exists || !state.running {
@@ -310,7 +316,7 @@ impl DockerExecutor {
                 "container {id} was killed while the step ran"
             )));
         }
-        if code == Some(137) && (state.oom_killed || self.new_oom_kill(id).await) {
+        if code.is_some_and(|c| c != 0) && (state.oom_killed || self.new_oom_kill(id).await) {
             let limit = self
                 .options
                 .memory
@@ -445,16 +451,24 @@ impl Executor for DockerExecutor {
         };
         match state.exit_code {
             Some(code) => {
-                let reason = if code == 137 || stream_error.is_some() {
+                // Any failure may be an OOM kill the shell passed on as
+                // its own code: the container's counters say, not the code.
+                let oom = if code != 0 || stream_error.is_some() {
                     self.explain(id, Some(code)).await?
                 } else {
                     None
                 };
-                if let (Some(err), None) = (&stream_error, &reason) {
+                if let (Some(err), None) = (&stream_error, &oom) {
                     tracing::warn!(%err, "exec output broke off; the exit code still arrived");
                 }
                 let code = i32::try_from(code).unwrap_or(i32::MAX);
-                Ok(CommandOutcome::Exited { code, reason })
+                Ok(match oom {
+                    Some(detail) => CommandOutcome::OutOfMemory {
+                        code: Some(code),
+                        detail,
+                    },
+                    None => CommandOutcome::exited(code),
+                })
             }
             None => {
                 self.explain(id, None).await?;

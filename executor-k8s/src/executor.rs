@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
 use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
-    CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
-    RunSpec, StepCommand,
+    CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
+    RunLog, RunSpec, StepCommand,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
@@ -274,7 +274,7 @@ impl K8sExecutor {
     ///
     /// `None` when the pod still answers, so the environment is there and
     /// only the exec's status was lost.
-    async fn lost_environment(&self, live: &LiveRun) -> Option<String> {
+    async fn lost_environment(&self, live: &LiveRun) -> Option<wait::Fate> {
         if let Ok(pod) = self.cluster.get_pod(&live.pod).await {
             if let Some(fate) = wait::pod_fate(&live.pod, pod.as_ref()) {
                 return Some(fate);
@@ -285,12 +285,30 @@ impl K8sExecutor {
         }
         let fate = wait::fate(&*self.cluster, &live.pod_selector, &live.pod, STATUS_LAG).await;
         Some(fate.unwrap_or_else(|| {
-            format!(
-                "pod {}'s container stopped while the step ran, and the pod's status gave no reason within {}s",
-                live.pod,
-                STATUS_LAG.as_secs()
-            )
+            wait::Fate {
+                kind: FailureKind::EnvironmentLost,
+                retryable: true,
+                message: format!(
+                    "pod {}'s container stopped while the step ran, and the pod's status gave no reason within {}s",
+                    live.pod,
+                    STATUS_LAG.as_secs()
+                ),
+                exit_code: None,
+            }
         }))
+    }
+}
+
+/// A step's end when its pod's status explains it: an OOM kill is the
+/// step's own failure; anything else lost the environment under it.
+fn step_fate(fate: wait::Fate, code: Option<i32>) -> Result<CommandOutcome, ExecutorError> {
+    match fate.kind {
+        FailureKind::Oom => Ok(CommandOutcome::OutOfMemory {
+            code: fate.exit_code.or(code),
+            detail: fate.message,
+        }),
+        FailureKind::EnvironmentLost => Err(ExecutorError::EnvironmentLost(fate.message)),
+        _ => Err(fate.into_error("environment lost")),
     }
 }
 
@@ -467,10 +485,12 @@ impl Executor for K8sExecutor {
         .await?;
         match ended {
             Ended::Exited(code) => {
-                // 137 is SIGKILL: the step's own OOM kill, or the pod dying under it.
-                if code == 137 {
+                // Any failure may be an OOM kill the shell passed on as its
+                // own code, or the pod dying under the step: the pod's
+                // status says, not the code.
+                if code != 0 {
                     if let Some(fate) = self.lost_environment(&live).await {
-                        return Err(ExecutorError::EnvironmentLost(fate));
+                        return step_fate(fate, Some(code));
                     }
                 }
                 Ok(CommandOutcome::exited(code))
@@ -496,7 +516,7 @@ impl Executor for K8sExecutor {
                 Ok(CommandOutcome::Interrupted)
             }
             Ended::Failed(msg) | Ended::Closed(msg) => match self.lost_environment(&live).await {
-                Some(fate) => Err(ExecutorError::EnvironmentLost(fate)),
+                Some(fate) => step_fate(fate, None),
                 None => Err(ExecutorError::LostExitStatus {
                     what: format!("step {}", step.name),
                     detail: msg,

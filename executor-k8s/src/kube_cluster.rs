@@ -54,6 +54,16 @@ fn retryable(err: &kube::Error) -> bool {
     }
 }
 
+/// The error a failed call becomes: `unreachable` when a later call may
+/// succeed (no answer, 429, 5xx), else the server's answer as it stands.
+fn failed(what: &str, err: &kube::Error) -> ExecutorError {
+    if retryable(err) {
+        ExecutorError::unreachable(what, describe(err))
+    } else {
+        ExecutorError::backend(what, describe(err))
+    }
+}
+
 fn describe(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(s) => format!("{} (HTTP {}, {})", s.message, s.code, s.reason),
@@ -89,18 +99,17 @@ where
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }
-            Err(err) => return Err(ExecutorError::backend(what, describe(&err))),
+            Err(err) => return Err(failed(what, &err)),
         }
     }
-    Err(ExecutorError::backend(what, "gave up"))
+    Err(ExecutorError::unreachable(what, "gave up"))
 }
 
 async fn once<T>(
     what: &str,
     call: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, ExecutorError> {
-    call.await
-        .map_err(|e| ExecutorError::backend(what, describe(&e)))
+    call.await.map_err(|e| failed(what, &e))
 }
 
 /// Where the kubeconfig's current user keeps its client certificate, for
@@ -191,13 +200,24 @@ impl KubeCluster {
             }
         })?;
         client.apiserver_version().await.map_err(|e| {
-            ExecutorError::backend(
-                "connecting to the cluster",
-                format!(
-                    "the Kubernetes API server at {server} did not answer: {}",
-                    describe(&e)
-                ),
-            )
+            let what = "connecting to the cluster";
+            if retryable(&e) {
+                ExecutorError::unreachable(
+                    what,
+                    format!(
+                        "the Kubernetes API server at {server} did not answer: {}",
+                        describe(&e)
+                    ),
+                )
+            } else {
+                ExecutorError::backend(
+                    what,
+                    format!(
+                        "the Kubernetes API server at {server} refused: {}",
+                        describe(&e)
+                    ),
+                )
+            }
         })?;
         Ok(KubeCluster {
             client,
@@ -308,9 +328,7 @@ impl Cluster for KubeCluster {
         let api = self.api::<Pod>();
         let wp = WatchParams::default().labels(selector).timeout(290);
         let stream = retry("watching pods", || api.watch(&wp, resource_version)).await?;
-        Ok(stream
-            .map_err(|e| ExecutorError::backend("watching pods", describe(&e)))
-            .boxed())
+        Ok(stream.map_err(|e| failed("watching pods", &e)).boxed())
     }
 
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError> {

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use executor_core::{ExecutorError, RunLog};
+use executor_core::{ExecutorError, FailureKind, RunLog};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::WatchEvent;
@@ -12,17 +12,65 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
 
-/// Waiting reasons that will not heal by waiting longer.
-const FATAL_WAITING: &[&str] = &[
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
+/// Waiting reasons that will not heal by waiting longer, with the kind of
+/// failure each is.
+const FATAL_WAITING: &[(&str, FailureKind)] = &[
+    ("ImagePullBackOff", FailureKind::Image),
+    ("ErrImagePull", FailureKind::Image),
+    ("InvalidImageName", FailureKind::Image),
+    ("ErrImageNeverPull", FailureKind::Image),
+    // The pod's own configuration is wrong (runAsNonRoot with a root
+    // image, a missing Secret key): the run's input.
+    ("CreateContainerConfigError", FailureKind::Input),
+    ("CreateContainerError", FailureKind::Internal),
+    ("RunContainerError", FailureKind::Internal),
+];
+/// Pod reasons of a pod the node gave up, rather than one that was deleted
+/// or whose container failed: eviction, preemption, a node shut down or lost.
+const EVICTED_REASONS: &[&str] = &[
+    "Evicted",
+    "Preempting",
+    "Shutdown",
+    "NodeShutdown",
+    "Terminated",
+    "NodeLost",
+    "UnexpectedAdmissionError",
 ];
 /// How often a long wait reports that it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// What happened to a pod that will not run (or run on), and what kind of
+/// failure it is, from the pod's own status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fate {
+    /// The kind the status shows: `oom`, `evicted`, `image`, ...
+    pub kind: FailureKind,
+    /// Whether a fresh attempt could fix it.
+    pub retryable: bool,
+    /// What the status says, in words.
+    pub message: String,
+    /// The container's exit code, when it terminated.
+    pub exit_code: Option<i32>,
+}
+
+impl Fate {
+    fn new(kind: FailureKind, message: String) -> Self {
+        Fate {
+            kind,
+            retryable: kind.retryable(),
+            message,
+            exit_code: None,
+        }
+    }
+
+    /// The error this fate is, for the call `context`.
+    pub fn into_error(self, context: impl Into<String>) -> ExecutorError {
+        match self.kind {
+            FailureKind::Image => ExecutorError::image(context, self.message, self.retryable),
+            kind => ExecutorError::classified(kind, context, self.message),
+        }
+    }
+}
 
 /// What a pod's status says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +79,11 @@ pub enum PodState {
     Ready,
     /// Still coming; the summary says where it is.
     Pending(String),
-    /// Will never run; the reason says why.
-    Fatal(String),
+    /// Not placed on a node yet (PodScheduled False): normal while a node
+    /// is rented, `unschedulable` if it lasts past the pod timeout.
+    Unscheduled(String),
+    /// Will never run; the fate says why.
+    Fatal(Fate),
 }
 
 /// Reads a pod's status.
@@ -48,12 +99,7 @@ pub fn pod_state(pod: &Pod) -> PodState {
         .unwrap_or_default()
         .iter()
         .find_map(|c| c.state.as_ref()?.waiting.clone());
-    let terminated = status
-        .container_statuses
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find_map(|c| c.state.as_ref()?.terminated.clone());
+    let terminated = terminated_state(pod);
     match phase {
         "Failed" | "Succeeded" => {
             let reason = status
@@ -62,11 +108,14 @@ pub fn pod_state(pod: &Pod) -> PodState {
                 .or_else(|| terminated.as_ref().and_then(|t| t.reason.clone()))
                 .unwrap_or_else(|| phase.to_string());
             let message = status.message.clone().unwrap_or_default();
-            return PodState::Fatal(
+            let mut fate = Fate::new(
+                end_kind(pod),
                 format!("the pod ended ({phase}): {reason} {message}")
                     .trim()
                     .to_string(),
             );
+            fate.exit_code = terminated.map(|t| t.exit_code);
+            return PodState::Fatal(fate);
         }
         "Running"
             if conditions
@@ -79,12 +128,20 @@ pub fn pod_state(pod: &Pod) -> PodState {
     }
     if let Some(w) = &waiting {
         let reason = w.reason.clone().unwrap_or_default();
-        if FATAL_WAITING.contains(&reason.as_str()) {
-            return PodState::Fatal(
-                format!("{reason}: {}", w.message.clone().unwrap_or_default())
+        let message = w.message.clone().unwrap_or_default();
+        if let Some((_, kind)) = FATAL_WAITING.iter().find(|(r, _)| *r == reason) {
+            let mut fate = Fate::new(
+                *kind,
+                format!("{reason}: {message}")
                     .trim_end_matches(": ")
                     .to_string(),
             );
+            // A pull that failed on the network may pass next time; a
+            // missing or misnamed image will not.
+            fate.retryable = *kind == FailureKind::Image
+                && reason != "InvalidImageName"
+                && executor_core::failure::transient_pull_error(&message);
+            return PodState::Fatal(fate);
         }
         return PodState::Pending(format!("{phase}, {reason}"));
     }
@@ -92,13 +149,44 @@ pub fn pod_state(pod: &Pod) -> PodState {
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")
     {
-        return PodState::Pending(format!(
+        return PodState::Unscheduled(format!(
             "{phase}, not scheduled: {} {}",
             c.reason.clone().unwrap_or_default(),
             c.message.clone().unwrap_or_default()
         ));
     }
     PodState::Pending(phase.to_string())
+}
+
+fn terminated_state(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.clone())
+}
+
+/// The kind of an ended pod: `evicted` when the node gave it up (its
+/// reason, or the DisruptionTarget condition Kubernetes adds for
+/// eviction, preemption and node loss), `oom` when its container was
+/// OOM-killed, else `environmentLost`.
+fn end_kind(pod: &Pod) -> FailureKind {
+    let status = pod.status.as_ref();
+    let disrupted = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "DisruptionTarget" && c.status == "True");
+    let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or_default();
+    if disrupted || EVICTED_REASONS.contains(&reason) {
+        FailureKind::Evicted
+    } else if terminated_state(pod).and_then(|t| t.reason).as_deref() == Some("OOMKilled") {
+        FailureKind::Oom
+    } else {
+        FailureKind::EnvironmentLost
+    }
 }
 
 /// Waits until the pod of `selector` is Ready and returns its name.
@@ -119,23 +207,27 @@ pub async fn ready(
     let mut last_summary = String::new();
     let mut seen_events = HashSet::new();
     let mut pod_name: Option<String> = None;
+    let unscheduled = std::sync::atomic::AtomicBool::new(false);
     let mut progress =
         tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     loop {
         let (pods, rv) = cluster.list_pods(selector).await?;
+        let unscheduled = &unscheduled;
         let check = |pod: &Pod,
                      pod_name: &mut Option<String>,
                      last: &mut String|
          -> Option<Result<String, ExecutorError>> {
             let name = pod.metadata.name.clone().unwrap_or_default();
             *pod_name = Some(name.clone());
-            match pod_state(pod) {
+            let state = pod_state(pod);
+            match state.clone() {
                 PodState::Ready => Some(Ok(name)),
-                PodState::Fatal(reason) => Some(Err(ExecutorError::backend(
-                    format!("starting pod {name}"),
-                    reason,
-                ))),
-                PodState::Pending(summary) => {
+                PodState::Fatal(fate) => Some(Err(fate.into_error(format!("starting pod {name}")))),
+                PodState::Pending(summary) | PodState::Unscheduled(summary) => {
+                    unscheduled.store(
+                        matches!(state, PodState::Unscheduled(_)),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     if summary != *last {
                         log.line(&format!(
                             "pod {name}: {summary} (waited {}s)",
@@ -181,7 +273,14 @@ pub async fn ready(
                     ));
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    return Err(ExecutorError::backend(
+                    // Still not placed: no node fits, and none came.
+                    let kind = if unscheduled.load(std::sync::atomic::Ordering::Relaxed) {
+                        FailureKind::Unschedulable
+                    } else {
+                        FailureKind::Internal
+                    };
+                    return Err(ExecutorError::classified(
+                        kind,
                         "starting the pod",
                         format!(
                             "not ready within the pod timeout of {}s: {}",
@@ -253,36 +352,53 @@ pub async fn gone(
 /// What a pod's object says happened to it, if it says anything yet: why a
 /// step's exec ended without a status. `None` for a pod that still looks
 /// healthy.
-pub fn pod_fate(name: &str, pod: Option<&Pod>) -> Option<String> {
+pub fn pod_fate(name: &str, pod: Option<&Pod>) -> Option<Fate> {
     let Some(pod) = pod else {
-        return Some(format!("pod {name} was deleted"));
+        return Some(Fate::new(
+            FailureKind::EnvironmentLost,
+            format!("pod {name} was deleted"),
+        ));
     };
+    let kind = end_kind(pod);
     if pod.metadata.deletion_timestamp.is_some() {
-        return Some(format!("pod {name} was deleted"));
+        // A pod preempted or evicted through the API is deleted with a
+        // DisruptionTarget condition: `evicted`, else someone deleted it.
+        let kind = match kind {
+            FailureKind::Evicted => FailureKind::Evicted,
+            _ => FailureKind::EnvironmentLost,
+        };
+        return Some(Fate::new(kind, format!("pod {name} was deleted")));
     }
     let status = pod.status.as_ref()?;
+    let terminated = terminated_state(pod);
+    let exit_code = terminated.as_ref().map(|t| t.exit_code);
     if let Some(reason) = status
         .reason
         .as_ref()
         .filter(|_| status.phase.as_deref() == Some("Failed"))
     {
-        return Some(format!(
-            "pod {name} was {}: {}",
-            reason.to_lowercase(),
-            status.message.clone().unwrap_or_default()
-        ));
+        let mut fate = Fate::new(
+            kind,
+            format!(
+                "pod {name} was {}: {}",
+                reason.to_lowercase(),
+                status.message.clone().unwrap_or_default()
+            ),
+        );
+        fate.exit_code = exit_code;
+        return Some(fate);
     }
-    let terminated = status
-        .container_statuses
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find_map(|c| c.state.as_ref()?.terminated.clone())?;
-    Some(format!(
-        "pod {name}'s container ended: {} (exit {})",
-        terminated.reason.unwrap_or_default(),
-        terminated.exit_code
-    ))
+    let terminated = terminated?;
+    let mut fate = Fate::new(
+        kind,
+        format!(
+            "pod {name}'s container ended: {} (exit {})",
+            terminated.reason.unwrap_or_default(),
+            terminated.exit_code
+        ),
+    );
+    fate.exit_code = exit_code;
+    Some(fate)
 }
 
 /// Waits, within `timeout`, for the pod `name` (matched by `selector`) to
@@ -296,7 +412,7 @@ pub async fn fate(
     selector: &str,
     name: &str,
     timeout: Duration,
-) -> Option<String> {
+) -> Option<Fate> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let (pods, rv) = cluster.list_pods(selector).await.ok()?;

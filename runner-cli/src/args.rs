@@ -100,6 +100,14 @@ pub struct RunArgs {
     /// Limit of each step; defaults to the run timeout.
     #[arg(long, value_parser = parse_duration)]
     pub step_timeout: Option<Duration>,
+    /// Run again from the start in a fresh environment, at most N more
+    /// times, when the run fails for a reason a fresh attempt can fix (the
+    /// environment lost or evicted, the engine or cluster unreachable, an
+    /// image pull that failed transiently); never after a step failure,
+    /// timeout, cancellation, OOM kill or input error. The run timeout
+    /// covers every attempt.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub retry: u32,
     /// A variable for every step (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,

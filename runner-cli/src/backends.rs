@@ -29,8 +29,9 @@ pub struct BackendOptions<'a> {
 pub enum BuildError {
     /// Bad flags: exit 2.
     Input(anyhow::Error),
-    /// The engine or cluster cannot be reached: exit 3.
-    Infrastructure(anyhow::Error),
+    /// The engine or cluster cannot be reached, or refused: exit 3; the
+    /// error's kind goes into the result's failure.
+    Infrastructure(executor_core::ExecutorError),
 }
 
 /// The executor for `kind`.
@@ -76,7 +77,7 @@ pub async fn build(
                 Err(e @ executor_core::ExecutorError::InvalidInput(_)) => {
                     Err(BuildError::Input(e.into()))
                 }
-                Err(e) => Err(BuildError::Infrastructure(e.into())),
+                Err(e) => Err(BuildError::Infrastructure(e)),
             }
         }
         ExecutorKind::K8s => {
@@ -121,7 +122,7 @@ pub async fn build(
                         "--insecure-skip-tls-verify"
                     ))))
                 }
-                Err(e) => Err(BuildError::Infrastructure(e.into())),
+                Err(e) => Err(BuildError::Infrastructure(e)),
             }
         }
     }

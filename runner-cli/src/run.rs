@@ -4,8 +4,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use executor_core::{
-    read_steps_file, run_with, CleanupScope, DriverOptions, RunLog, RunResult, RunSpec, RunStatus,
-    StepResult,
+    read_steps_file, run_with, CleanupScope, DriverOptions, Failure, FailureKind, RetryPolicy,
+    RunLog, RunResult, RunSpec, StepResult,
 };
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +36,7 @@ pub async fn run(args: RunArgs) -> i32 {
         Err(err) => {
             say!("runner-cli: {err:#}");
             if !args.dry_run {
-                write_unstarted_result(&args, started_at, &format!("{err:#}"));
+                write_unstarted_result(&args, started_at, input_failure(&err));
             }
             return EXIT_INPUT;
         }
@@ -59,14 +59,16 @@ pub async fn run(args: RunArgs) -> i32 {
         Err(BuildError::Input(err)) => {
             say!("runner-cli: {err:#}");
             if !args.dry_run {
-                write_unstarted_result(&args, started_at, &format!("{err:#}"));
+                write_unstarted_result(&args, started_at, input_failure(&err));
             }
             return EXIT_INPUT;
         }
         Err(BuildError::Infrastructure(err)) => {
-            say!("runner-cli: {err:#}");
-            write_unstarted_result(&args, started_at, &format!("{err:#}"));
-            return EXIT_INFRA;
+            say!("runner-cli: {err}");
+            let failure = err.failure(err.to_string());
+            let code = failure.kind.exit_code();
+            write_unstarted_result(&args, started_at, failure);
+            return code;
         }
     };
     let log = if args.dry_run {
@@ -79,7 +81,7 @@ pub async fn run(args: RunArgs) -> i32 {
             Err(err) => {
                 let msg = format!("cannot write the run log {}: {err}", args.log);
                 say!("runner-cli: {msg}");
-                write_unstarted_result(&args, started_at, &msg);
+                write_unstarted_result(&args, started_at, Failure::new(FailureKind::Input, msg));
                 return EXIT_INPUT;
             }
         }
@@ -107,6 +109,7 @@ pub async fn run(args: RunArgs) -> i32 {
         } else {
             executor_core::CacheStore::new(cache_dir, cache_max)
         }),
+        retry: RetryPolicy::retries(args.retry),
         ..DriverOptions::default()
     };
     let result = run_with(executor.as_ref(), &spec, &log, cancel, &driver).await;
@@ -129,7 +132,7 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Some(error) = &result.error {
         say!("runner-cli: run {}: {error}", result.name);
     }
-    result.status.exit_code()
+    result.exit_code()
 }
 
 /// Checks every input before anything runs; the message names the flag.
@@ -202,22 +205,18 @@ fn cancelled_before_start(args: &RunArgs, started_at: OffsetDateTime, during: &s
     let msg = format!("cancelled while {during}, before the run started");
     say!("runner-cli: {msg}");
     if !args.dry_run {
-        write_result_without_run(args, started_at, RunStatus::Cancelled, &msg);
+        write_unstarted_result(args, started_at, Failure::new(FailureKind::Cancelled, msg));
     }
     EXIT_CANCELLED
 }
 
-/// The result of a run that never started: bad input, or no engine to start it on.
-fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, error: &str) {
-    write_result_without_run(args, started_at, RunStatus::Error, error);
+fn input_failure(err: &anyhow::Error) -> Failure {
+    Failure::new(FailureKind::Input, format!("{err:#}"))
 }
 
-fn write_result_without_run(
-    args: &RunArgs,
-    started_at: OffsetDateTime,
-    status: RunStatus,
-    error: &str,
-) {
+/// The result of a run that never started: bad input, no engine to start
+/// it on, or a signal while connecting.
+fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: Failure) {
     let steps = read_steps_file(&args.steps_file)
         .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
         .unwrap_or_default();
@@ -225,8 +224,9 @@ fn write_result_without_run(
         name: args.name.clone(),
         runner: args.runner.clone(),
         executor: args.executor.name().to_string(),
-        status,
-        error: Some(error.to_string()),
+        status: failure.kind.run_status(),
+        error: Some(failure.message.clone()),
+        failure: Some(failure),
         started_at,
         finished_at: OffsetDateTime::now_utc(),
         steps,
@@ -234,6 +234,7 @@ fn write_result_without_run(
         refused: Vec::new(),
         caches: Vec::new(),
         phases: Default::default(),
+        attempts: Vec::new(),
     };
     result.mask(&crate::secrets::masker());
     if let Err(err) = result.write_to(&args.result) {

@@ -46,4 +46,15 @@ impl executor_conformance::Backend for Docker {
             .await
             .unwrap_or_else(|e| vec![format!("cannot list containers: {e}")])
     }
+    async fn lose_environment(&self, runner: &str) -> bool {
+        use executor_docker::engine::Engine as _;
+        let ids = self.0.leftovers(runner).await.unwrap_or_default();
+        let engine = executor_docker::BollardEngine::connect()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        for id in &ids {
+            engine.remove(id).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        !ids.is_empty()
+    }
 }

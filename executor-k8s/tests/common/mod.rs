@@ -70,4 +70,13 @@ impl Backend for K8s {
         );
         found
     }
+    async fn lose_environment(&self, _runner: &str) -> bool {
+        let pods = self.cluster.pods("default");
+        for pod in &pods {
+            self.cluster
+                .pod_fault("default", pod, kube_testcluster::PodFault::Delete)
+                .await;
+        }
+        !pods.is_empty()
+    }
 }

@@ -43,6 +43,7 @@ use async_trait::async_trait;
 use executor_core::{Executor, RunSpec};
 
 pub use cases::caches::*;
+pub use cases::failures::*;
 pub use cases::files::*;
 pub use cases::lifecycle::*;
 pub use cases::logs::*;
@@ -72,6 +73,14 @@ pub trait Backend: Send + Sync {
     /// Everything of `runner` that still exists (containers, Jobs, Secrets,
     /// folders), described for a failure message; empty when clean.
     async fn leftovers(&self, runner: &str) -> Vec<String>;
+
+    /// Removes `runner`'s live environment from outside, as an operator or
+    /// the cluster would (the container removed, the pod deleted); `false`
+    /// when the backend has nothing that can be lost that way, which skips
+    /// the cases that need it.
+    async fn lose_environment(&self, _runner: &str) -> bool {
+        false
+    }
 }
 
 /// Generates one `#[tokio::test]` per conformance case, each calling
@@ -90,7 +99,8 @@ macro_rules! conformance_tests {
             hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix,
             crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
-            secrets_are_masked_in_every_form);
+            secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
+            retry_never_follows_a_step_failure, retry_recovers_from_a_lost_environment);
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $(

@@ -1,4 +1,5 @@
 pub mod caches;
+pub mod failures;
 pub mod files;
 pub mod lifecycle;
 pub mod logs;

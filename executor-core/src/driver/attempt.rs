@@ -1,0 +1,334 @@
+//! One attempt of a run: start, caches in, every step, caches out,
+//! outputs, stop.
+
+use std::time::{Duration, Instant};
+
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::caches::{restore_caches, save_caches};
+use super::supervise::{Supervised, Watch};
+use super::{millis, seconds};
+use crate::cache::CacheResult;
+use crate::tar::RefusedEntry;
+use crate::{
+    CommandOutcome, DriverOptions, Executor, ExecutorError, Failure, FailureKind, Phases,
+    RunHandle, RunLog, RunSpec, StepCommand, StepResult, StepStatus,
+};
+
+/// What one attempt did.
+pub(super) struct AttemptRecord {
+    pub(super) failure: Option<Failure>,
+    pub(super) started_at: OffsetDateTime,
+    pub(super) finished_at: OffsetDateTime,
+    pub(super) steps: Vec<StepResult>,
+    pub(super) phases: Phases,
+    pub(super) caches: Vec<CacheResult>,
+    pub(super) refused: Vec<RefusedEntry>,
+}
+
+impl AttemptRecord {
+    fn new(spec: &RunSpec) -> Self {
+        let now = OffsetDateTime::now_utc();
+        AttemptRecord {
+            failure: None,
+            started_at: now,
+            finished_at: now,
+            steps: Vec::new(),
+            phases: Phases::default(),
+            caches: Vec::new(),
+            refused: Vec::new(),
+        }
+        .with_steps_skipped(spec, 0)
+    }
+
+    /// Every step from `from` on recorded as skipped.
+    fn with_steps_skipped(mut self, spec: &RunSpec, from: usize) -> Self {
+        self.steps.truncate(from);
+        self.steps.extend(
+            spec.steps
+                .iter()
+                .skip(from)
+                .map(|s| StepResult::skipped(&s.name)),
+        );
+        self
+    }
+
+    /// Adds a failure: the first one keeps its kind and step, later ones
+    /// (outputs, stop) add their words to its message.
+    fn note(&mut self, failure: Failure) {
+        match &mut self.failure {
+            None => self.failure = Some(failure),
+            Some(first) => {
+                first.message.push_str("; ");
+                first.message.push_str(&failure.message);
+            }
+        }
+    }
+
+    fn ended(mut self) -> Self {
+        self.finished_at = OffsetDateTime::now_utc();
+        self
+    }
+}
+
+/// Runs one attempt of `spec` on `executor`; never skips `stop` once
+/// `start` succeeded.
+pub(super) async fn run_attempt(
+    executor: &dyn Executor,
+    spec: &RunSpec,
+    log: &RunLog,
+    watch: &Watch<'_>,
+    options: &DriverOptions,
+) -> AttemptRecord {
+    let mut record = AttemptRecord::new(spec);
+    let token = CancellationToken::new();
+    let start_began = Instant::now();
+    let started = watch
+        .supervise(executor.start(spec, log, token.clone()), &token, None)
+        .await;
+    record.phases.start_ms = millis(start_began);
+    let handle = match started {
+        Supervised::Done(Ok(handle)) => {
+            log.line(&format!(
+                "environment ready ({})",
+                seconds(record.phases.start_ms)
+            ));
+            handle
+        }
+        Supervised::Done(Err(err)) => {
+            log.line(&format!("start failed: {err}"));
+            record.note(err.failure(format!("start: {err}")));
+            return record.ended();
+        }
+        Supervised::Interrupted(why, finished) => {
+            if let Some(Ok(handle)) = finished {
+                // start completed while being interrupted: it still needs stopping.
+                stop_once(executor, &handle, log, options.grace, &mut record).await;
+            }
+            let msg = format!("{} while starting the environment", why.describe());
+            log.line(&msg);
+            record.note(Failure::new(why.kind(), msg));
+            return record.ended();
+        }
+    };
+
+    record.caches = restore_caches(executor, &handle, spec, log, options, watch.run_deadline).await;
+
+    record.steps.clear();
+    for step in &spec.steps {
+        if let Some(why) = watch.already() {
+            // Never start a step the run has no time or wish for.
+            let msg = format!("{} before step {}", why.describe(), step.name);
+            log.line(&msg);
+            record.note(Failure::new(why.kind(), msg));
+            break;
+        }
+        let (step_result, failure) = run_step(executor, &handle, spec, step, log, watch).await;
+        record.steps.push(step_result);
+        if let Some(failure) = failure {
+            record.note(failure);
+            break;
+        }
+    }
+    let ran = record.steps.len();
+    record = record.with_steps_skipped(spec, ran);
+
+    if record.failure.is_none() {
+        save_caches(
+            executor,
+            &handle,
+            spec,
+            log,
+            options,
+            watch.run_deadline,
+            &mut record.caches,
+        )
+        .await;
+    } else if !record.caches.is_empty() {
+        log.line("caches not saved: the run did not succeed");
+        for cache in &mut record.caches {
+            cache
+                .note
+                .get_or_insert_with(|| "not saved: the run did not succeed".into());
+        }
+    }
+
+    collect_outputs(executor, &handle, spec, log, &mut record).await;
+    stop_once(executor, &handle, log, options.grace, &mut record).await;
+    record.ended()
+}
+
+/// Outputs, whatever happened to the steps: that is when they matter most.
+async fn collect_outputs(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    spec: &RunSpec,
+    log: &RunLog,
+    record: &mut AttemptRecord,
+) {
+    log.line("collecting outputs");
+    let began = Instant::now();
+    let collected = tokio::time::timeout(
+        spec.outputs_timeout,
+        executor.outputs(handle, &spec.outputs),
+    )
+    .await;
+    record.phases.outputs_ms = millis(began);
+    match collected {
+        Ok(Ok(summary)) => {
+            log.line(&format!(
+                "outputs collected ({})",
+                seconds(record.phases.outputs_ms)
+            ));
+            for refused in &summary.refused {
+                log.line(&format!(
+                    "warning: output {:?} not brought back: {}",
+                    refused.path, refused.reason
+                ));
+            }
+            let unnamed = summary
+                .refused_count
+                .saturating_sub(summary.refused.len() as u64);
+            if unnamed > 0 {
+                log.line(&format!("warning: {unnamed} more outputs not brought back"));
+            }
+            record.refused = summary.refused;
+        }
+        Ok(Err(err)) => {
+            log.line(&format!("collecting outputs failed: {err}"));
+            record.note(err.failure(format!("outputs: {err}")));
+        }
+        Err(_) => {
+            let msg = format!("outputs: not collected within {:?}", spec.outputs_timeout);
+            log.line(&msg);
+            record.note(Failure::new(FailureKind::Unreachable, msg));
+        }
+    }
+}
+
+/// Runs one step; the failure is `Some` when the run must end here.
+async fn run_step(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    spec: &RunSpec,
+    step: &crate::Step,
+    log: &RunLog,
+    watch: &Watch<'_>,
+) -> (StepResult, Option<Failure>) {
+    let command = StepCommand {
+        name: step.name.clone(),
+        script: step.script.clone(),
+        env: handle
+            .standard_env()
+            .into_iter()
+            .chain(spec.env.iter().cloned())
+            .chain(step.env.iter().cloned())
+            .collect(),
+    };
+    let started_at = OffsetDateTime::now_utc();
+    let clock = Instant::now();
+    log.step_started(&step.name);
+    let token = CancellationToken::new();
+    let step_deadline = Some(clock + spec.step_timeout);
+    let outcome = watch
+        .supervise(
+            executor.command(handle, &command, log, token.clone()),
+            &token,
+            step_deadline,
+        )
+        .await;
+
+    let name = &step.name;
+    // The step's `error` is what the backend said; the failure's message
+    // is the run's sentence about it.
+    let (status, exit_code, error, failure) = match outcome {
+        Supervised::Done(Ok(CommandOutcome::Exited { code: 0, .. })) => {
+            (StepStatus::Success, Some(0), None, None)
+        }
+        Supervised::Done(Ok(CommandOutcome::Exited { code, reason })) => {
+            let msg = match &reason {
+                Some(reason) => format!("step {name} exited {code}: {reason}"),
+                None => format!("step {name} exited {code}"),
+            };
+            let failure = Failure::new(FailureKind::Step, msg);
+            (StepStatus::Failed, Some(code), reason, Some(failure))
+        }
+        Supervised::Done(Ok(CommandOutcome::OutOfMemory { code, detail })) => {
+            let msg = match code {
+                Some(code) => format!("step {name} exited {code}: {detail}"),
+                None => format!("step {name}: {detail}"),
+            };
+            let failure = Failure::new(FailureKind::Oom, msg);
+            (StepStatus::Failed, code, Some(detail), Some(failure))
+        }
+        Supervised::Done(Ok(CommandOutcome::Interrupted)) => {
+            // The backend reported an interrupt nobody asked for.
+            let msg = format!("step {name} was interrupted by the environment");
+            let failure = Failure::new(FailureKind::EnvironmentLost, msg.clone());
+            (StepStatus::Error, None, Some(msg), Some(failure))
+        }
+        Supervised::Done(Err(err)) => {
+            let failure = err.failure(format!("step {name}: {err}"));
+            (
+                StepStatus::Error,
+                None,
+                Some(err.to_string()),
+                Some(failure),
+            )
+        }
+        Supervised::Interrupted(why, finished) => {
+            let mut msg = format!("step {name}: {}", why.describe_for(spec));
+            if finished.is_none() {
+                msg.push_str(&format!("; the step did not stop within {:?}", watch.grace));
+            }
+            let failure = Failure::new(why.kind(), msg.clone());
+            (why.step_status(), None, Some(msg), Some(failure))
+        }
+    };
+    let failure = failure.map(|f| f.in_step(name));
+    let took = clock.elapsed();
+    log.step_finished(name, status.as_str(), exit_code, took);
+    let result = StepResult {
+        name: name.clone(),
+        status,
+        exit_code,
+        error,
+        started_at: Some(started_at),
+        finished_at: Some(OffsetDateTime::now_utc()),
+        duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        failure: failure.clone(),
+    };
+    (result, failure)
+}
+
+async fn stop_once(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    log: &RunLog,
+    grace: Duration,
+    record: &mut AttemptRecord,
+) {
+    log.line("stopping the environment");
+    let began = Instant::now();
+    let outcome = tokio::time::timeout(grace, executor.stop(handle)).await;
+    record.phases.stop_ms = millis(began);
+    let failure = match outcome {
+        Ok(Ok(())) => return,
+        Ok(Err(err)) => err.failure(format!("stop: {err}")),
+        Err(_) => Failure::new(
+            FailureKind::Unreachable,
+            format!("stop: did not finish within {grace:?}"),
+        ),
+    };
+    log.line(&failure.message);
+    tracing::error!(run = %handle.id, "{}", failure.message);
+    record.note(failure);
+}
+
+/// The failure of an attempt that could not begin: bad input.
+pub(super) fn refused(spec: &RunSpec, err: &ExecutorError) -> AttemptRecord {
+    let mut record = AttemptRecord::new(spec);
+    record.note(err.failure(err.to_string()));
+    record.ended()
+}
