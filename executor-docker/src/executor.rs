@@ -417,8 +417,20 @@ impl Executor for DockerExecutor {
             working_dir: run.work_dir.clone(),
             user: self.options.user.clone(),
         };
-        let exec_id = self.engine.exec_create(id, &exec).await?;
-        let mut output = self.engine.exec_start(&exec_id).await?;
+        let started = async {
+            let exec_id = self.engine.exec_create(id, &exec).await?;
+            let output = self.engine.exec_start(&exec_id).await?;
+            Ok::<_, ExecutorError>((exec_id, output))
+        };
+        let (exec_id, mut output) = match started.await {
+            Ok(started) => started,
+            Err(err) => {
+                // A container removed before the step began is lost, not
+                // an engine error.
+                self.explain(id, None).await?;
+                return Err(err);
+            }
+        };
         let mut stream_error = None;
         // A slow log holds the output back (back-pressure on the step); an
         // interrupt still ends it at once.

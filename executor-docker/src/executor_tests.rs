@@ -97,26 +97,48 @@ async fn a_missing_exit_code_from_a_container_that_no_longer_answers_is_a_lost_e
 
 #[tokio::test]
 async fn exit_codes_pass_through_and_the_step_runs_in_work_dir_with_its_env() {
+    let outcome = step_with_oom_counter(42, 0).await.unwrap();
+    assert_eq!(outcome, CommandOutcome::exited(42));
+}
+
+#[tokio::test]
+async fn a_failing_step_with_a_new_oom_kill_is_out_of_memory_whatever_its_code() {
+    let outcome = step_with_oom_counter(1, 1).await.unwrap();
+    assert!(
+        matches!(outcome, CommandOutcome::OutOfMemory { code: Some(1), ref detail } if detail.starts_with("OOMKilled")),
+        "{outcome:?}"
+    );
+}
+
+/// Runs `step()` exiting `code` in a running container whose memory
+/// cgroup has counted `oom_kills`.
+async fn step_with_oom_counter(code: i64, oom_kills: u64) -> Result<CommandOutcome, ExecutorError> {
     let mut mock = MockEngine::new();
-    mock.expect_exec_create()
-        .withf(|id, exec| {
-            id == "c"
-                && exec.working_dir == "/work"
-                && exec.cmd[..2] == ["sh".to_string(), "-c".to_string()]
-                && exec.cmd.last().map(String::as_str) == Some("echo hi")
-                && exec.env == [("SECRET".to_string(), "v".to_string())]
-        })
-        .returning(|_, _| Ok("exec-1".into()));
-    mock.expect_exec_start()
-        .returning(|_| Ok(futures_util::stream::empty().boxed()));
-    mock.expect_exec_inspect().returning(|_| {
+    mock.expect_exec_create().returning(|id, exec| {
+        if exec.cmd.last().map(String::as_str) != Some("echo hi") {
+            return Ok("probe".into());
+        }
+        assert_eq!(id, "c");
+        assert_eq!(exec.working_dir, "/work");
+        assert_eq!(exec.cmd[..2], ["sh".to_string(), "-c".to_string()]);
+        assert_eq!(exec.env, [("SECRET".to_string(), "v".to_string())]);
+        Ok("exec-1".into())
+    });
+    mock.expect_exec_start().returning(move |id| {
+        let said = if id == "probe" {
+            format!("oom 0\noom_kill {oom_kills}\n")
+        } else {
+            String::new()
+        };
+        Ok(futures_util::stream::iter([Ok(bytes::Bytes::from(said))]).boxed())
+    });
+    mock.expect_exec_inspect().returning(move |id| {
         Ok(ExecState {
             running: false,
-            exit_code: Some(42),
+            exit_code: Some(if id == "probe" { 0 } else { code }),
         })
     });
-    let outcome = step_in_container(mock).await.unwrap();
-    assert_eq!(outcome, CommandOutcome::exited(42));
+    step_in_running_container(mock).await
 }
 
 #[tokio::test]

@@ -9,9 +9,9 @@ use executor_conformance::fixture::{
 };
 use executor_conformance::Backend;
 use executor_core::labels::{label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY};
-use executor_core::{CleanupScope, Executor, RunLog, RunStatus, Step, StepStatus};
+use executor_core::{CleanupScope, Executor, FailureKind, RunLog, RunStatus, Step, StepStatus};
 use executor_docker::engine::{ContainerSpec, Engine};
-use executor_docker::{BollardEngine, DockerExecutor, DockerOptions};
+use executor_docker::{BollardEngine, DockerExecutor, DockerOptions, PullPolicy};
 use tokio_util::sync::CancellationToken;
 
 use common::Docker;
@@ -42,6 +42,35 @@ async fn missing_image_with_pull_never_is_a_clear_fast_error() {
         "{error}"
     );
     assert!(error.contains("--pull never"), "{error}");
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::Image);
+    assert!(!failure.retryable, "a missing image stays missing");
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_pull_from_a_registry_that_does_not_answer_is_a_retryable_image_failure() {
+    let backend = docker_with(DockerOptions {
+        pull: PullPolicy::Always,
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("pullfail");
+    let mut spec = fx
+        .spec(&backend, "pull-fail")
+        .step(Step::new("never", "true"));
+    // Nothing listens on port 1: the engine's pull is refused at connect.
+    spec.image = Some("localhost:1/knotless/busybox:1".into());
+    let (result, _) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Error);
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::Image, "{}", failure.message);
+    assert!(failure.retryable, "{}", failure.message);
+    assert!(
+        failure.message.contains("localhost:1"),
+        "{}",
+        failure.message
+    );
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
@@ -69,6 +98,10 @@ async fn container_removed_from_outside_mid_step_is_an_error_not_a_hang() {
     assert_eq!(result.steps[1].status, StepStatus::Skipped);
     let error = result.steps[0].error.clone().unwrap_or_default();
     assert!(error.contains("environment lost"), "{error}");
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::EnvironmentLost);
+    assert!(failure.retryable);
+    assert_eq!(failure.step.as_deref(), Some("victim"));
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
@@ -98,6 +131,32 @@ async fn oom_kill_is_reported_as_such() {
     let error = result.steps[1].error.clone().unwrap_or_default();
     assert!(error.starts_with("OOMKilled"), "{error}");
     assert!(error.contains("32 MiB"), "{error}");
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::Oom);
+    assert_eq!(failure.step.as_deref(), Some("hog"));
+    assert!(!failure.retryable, "the step would only run out again");
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
+/// A step whose child was OOM-killed and that exits with a code of its
+/// own is still an OOM failure: the container's counters say, not the code.
+#[tokio::test]
+async fn an_oom_kill_passed_on_as_another_code_is_still_oom() {
+    let backend = docker_with(DockerOptions {
+        memory: Some(32 << 20),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("oomcode");
+    let spec = fx.spec(&backend, "oom-code").step(Step::new(
+        "hog",
+        r#"sh -c "x=\$(head -c 200000000 /dev/zero | tr '\0' a)" || exit 1"#,
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Failed, "{}", log.text());
+    assert_eq!(result.steps[0].exit_code, Some(1));
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::Oom, "{}", failure.message);
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 

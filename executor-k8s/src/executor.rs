@@ -468,10 +468,14 @@ impl Executor for K8sExecutor {
         ));
         let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
         let argv = executor_core::script::step_argv(&pid_file, &prelude, &step.script);
-        let conn = self
-            .cluster
-            .exec(&live.pod, CONTAINER, &argv, false)
-            .await?;
+        let conn = match self.cluster.exec(&live.pod, CONTAINER, &argv, false).await {
+            Ok(conn) => conn,
+            // A pod gone before the step began is lost, not a refused call.
+            Err(err) => match self.lost_environment(&live).await {
+                Some(fate) => return step_fate(fate, None),
+                None => return Err(err),
+            },
+        };
         let mut out = log.writer();
         let mut err = log.writer();
         let ended = drive(

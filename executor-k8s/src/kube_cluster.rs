@@ -49,7 +49,12 @@ const ATTEMPTS: u32 = 5;
 fn retryable(err: &kube::Error) -> bool {
     match err {
         kube::Error::Api(status) => status.code == 429 || status.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        // A dropped or refused connection may pass next time; a TLS
+        // handshake the server refused for a certificate will not.
+        kube::Error::HyperError(_) | kube::Error::Service(_) => {
+            let said = describe(err).to_ascii_lowercase();
+            !(said.contains("fatal alert") || said.contains("certificate"))
+        }
         _ => false,
     }
 }

@@ -10,7 +10,7 @@ use executor_conformance::fixture::SharedBuf;
 use executor_conformance::fixture::{
     assert_nothing_left, run_to_end, run_watched, Fixture, WatchedLog,
 };
-use executor_core::{CleanupScope, Executor, RunLog, RunStatus, Step, StepStatus};
+use executor_core::{CleanupScope, Executor, FailureKind, RunLog, RunStatus, Step, StepStatus};
 use executor_k8s::{K8sExecutor, K8sOptions, KubeconfigSource};
 use kube_testcluster::{ClusterOptions, ImagePullFault, KubeconfigAuth, PodFault};
 use tokio_util::sync::CancellationToken;
@@ -63,6 +63,9 @@ async fn an_unschedulable_pod_fails_at_the_pod_timeout() {
         error.contains("pod timeout of 3s") && error.contains("Unschedulable"),
         "{error}"
     );
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::Unschedulable);
+    assert!(!failure.retryable);
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
@@ -97,8 +100,28 @@ async fn image_pull_failures_fail_fast_with_the_reason() {
                 .expect("failed fast");
         assert_eq!(result.status, RunStatus::Error);
         assert!(error_of(&result).contains(reason), "{}", error_of(&result));
+        let failure = result.failure.unwrap();
+        assert_eq!(failure.kind, FailureKind::Image);
+        // Not found, or a name that cannot be parsed: no retry fixes either.
+        assert!(!failure.retryable, "{}", failure.message);
         assert_nothing_left(&backend, &fx.runner).await;
     }
+}
+
+/// An OOM kill is the step's failure, of kind `oom`, whatever the exec said.
+fn assert_oom(result: &executor_core::RunResult) {
+    assert_eq!(result.status, RunStatus::Failed);
+    assert_eq!(result.steps[0].status, StepStatus::Failed);
+    let failure = result.failure.clone().unwrap();
+    assert_eq!((failure.kind, failure.retryable), (FailureKind::Oom, false));
+}
+
+/// An environment lost under the step is an error of `kind`, retryable.
+fn assert_lost(result: &executor_core::RunResult, kind: FailureKind) {
+    assert_eq!(result.status, RunStatus::Error);
+    assert_eq!(result.steps[0].status, StepStatus::Error);
+    let failure = result.failure.clone().unwrap();
+    assert_eq!((failure.kind, failure.retryable), (kind, true));
 }
 
 /// Runs a step that announces itself, applies `fault` to the pod then,
@@ -125,15 +148,22 @@ async fn fault_mid_step_on(backend: K8s, fault: PodFault) -> (executor_core::Run
     );
     assert_nothing_left(&backend, &fx.runner).await;
     let step_error = result.steps[0].error.clone().unwrap_or_default();
-    assert_eq!(result.steps[0].status, StepStatus::Error, "{}", log.text());
-    assert_eq!(result.steps[1].status, StepStatus::Skipped);
+    assert_eq!(
+        result.steps[1].status,
+        StepStatus::Skipped,
+        "{}",
+        log.text()
+    );
+    let failure = result.failure.clone().unwrap();
+    assert_eq!(failure.step.as_deref(), Some("victim"));
+    assert_eq!(result.steps[0].failure.as_ref(), Some(&failure));
     (result, step_error)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_oom_killed_mid_step_ends_the_step_with_the_reason() {
     let (result, error) = fault_mid_step(PodFault::OomKill).await;
-    assert_eq!(result.status, RunStatus::Error);
+    assert_oom(&result);
     assert!(error.contains("OOMKilled"), "{error}");
 }
 
@@ -142,20 +172,22 @@ async fn an_oom_kill_the_pod_status_reports_late_still_ends_the_step_with_the_re
     let backend = k8s().await;
     backend.cluster.faults().status_lag(true);
     let (result, error) = fault_mid_step_on(backend, PodFault::OomKill).await;
-    assert_eq!(result.status, RunStatus::Error);
+    assert_oom(&result);
     assert!(error.contains("OOMKilled"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_evicted_mid_step_ends_the_step_with_the_reason() {
-    let (_, error) = fault_mid_step(PodFault::Evict).await;
+    let (result, error) = fault_mid_step(PodFault::Evict).await;
     assert!(error.contains("evicted"), "{error}");
+    assert_lost(&result, FailureKind::Evicted);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_mid_step_ends_the_step_with_the_reason() {
-    let (_, error) = fault_mid_step(PodFault::Delete).await;
+    let (result, error) = fault_mid_step(PodFault::Delete).await;
     assert!(error.contains("was deleted"), "{error}");
+    assert_lost(&result, FailureKind::EnvironmentLost);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,6 +223,7 @@ async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
         matches!(err, executor_core::ExecutorError::LostExitStatus { .. }),
         "{err}"
     );
+    assert_eq!(err.kind(), FailureKind::Unreachable);
     backend.executor.stop(&handle).await.unwrap();
     assert_nothing_left(&backend, &fx.runner).await;
 }
@@ -242,6 +275,13 @@ async fn safe_calls_are_retried_and_a_failed_create_is_a_clear_error() {
         error.contains("creating the run's Job") && error.contains("HTTP 500"),
         "{error}"
     );
+    let failure = result.failure.unwrap();
+    assert_eq!(
+        failure.kind,
+        FailureKind::Unreachable,
+        "a 500 may pass next time"
+    );
+    assert!(failure.retryable);
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
@@ -379,6 +419,7 @@ async fn bad_credentials_and_unreachable_servers_are_clear_errors() {
         err.to_string().contains(&url) && err.to_string().contains("did not answer"),
         "{err}"
     );
+    assert_eq!(err.kind(), FailureKind::Unreachable);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

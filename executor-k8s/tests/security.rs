@@ -99,6 +99,11 @@ async fn run_as_non_root_on_a_root_image_fails_before_any_step_naming_why() {
         error.contains("CreateContainerConfigError") && error.contains("runAsNonRoot"),
         "{error}"
     );
+    // The run's own configuration: exit 2, and no retry would help.
+    let failure = result.failure.clone().unwrap();
+    assert_eq!(failure.kind, executor_core::FailureKind::Input);
+    assert!(!failure.retryable);
+    assert_eq!(result.exit_code(), 2);
     assert!(!log.text().contains("should-not-run"));
     assert_nothing_left(&backend, &fx.runner).await;
 }

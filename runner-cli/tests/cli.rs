@@ -707,3 +707,50 @@ fn a_shell_root_other_users_can_change_is_exit_2_before_any_step() {
     assert_eq!(case.result().status, executor_core::RunStatus::Error);
     assert!(!case.log().contains("the-step-ran"));
 }
+
+#[test]
+fn retry_never_runs_a_failed_step_again_and_the_failure_says_why() {
+    let case = Case::new();
+    let out = case
+        .run(
+            "fine\ttrue\nbroken\techo ran-once; exit 5\n",
+            &["--retry", "2"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let log = case.log();
+    assert!(log.contains("==> attempt 1 of 3"), "{log}");
+    assert!(!log.contains("attempt 2"), "{log}");
+    assert_eq!(log.matches("ran-once").count(), 1, "{log}");
+    let result = case.result();
+    assert_eq!(result.attempts.len(), 1);
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, executor_core::FailureKind::Step);
+    assert_eq!(failure.step.as_deref(), Some("broken"));
+    assert!(!failure.retryable);
+    assert_eq!(
+        result.steps[1].failure.as_ref().map(|f| f.kind),
+        Some(failure.kind)
+    );
+}
+
+#[test]
+fn input_errors_are_failures_of_kind_input() {
+    let case = Case::new();
+    let out = case
+        .run("a\ttrue\n", &["--workdir", "/no/such/checkout"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let failure = case.result().failure.unwrap();
+    assert_eq!(failure.kind, executor_core::FailureKind::Input);
+    assert!(
+        failure.message.contains("--workdir /no/such/checkout"),
+        "{failure:?}"
+    );
+    // More retries than the flag allows is a usage error.
+    let out = case.run("a\ttrue\n", &["--retry", "11"]).output().unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--retry"), "{}", stderr(&out));
+}

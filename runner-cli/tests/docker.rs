@@ -106,10 +106,11 @@ fn an_unreachable_engine_is_exit_3_naming_where_it_looked() {
         )),
         "{stderr}"
     );
-    assert_eq!(
-        result(&dir.path().join("result.json")).status,
-        executor_core::RunStatus::Error
-    );
+    let result = result(&dir.path().join("result.json"));
+    assert_eq!(result.status, executor_core::RunStatus::Error);
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, executor_core::FailureKind::Unreachable);
+    assert!(failure.retryable);
 }
 
 #[test]
@@ -310,4 +311,82 @@ async fn a_tls_engine_is_reached_with_docker_cert_path_as_the_docker_cli_does() 
         stderr.contains("key.pem") && stderr.contains("DOCKER_CERT_PATH"),
         "{stderr}"
     );
+}
+
+/// `--retry 1`: the container removed from outside mid-step is a lost
+/// environment, and the run succeeds in a fresh one; the log marks both
+/// attempts and the result keeps both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_recovers_from_a_container_removed_mid_step() {
+    use executor_docker::engine::{Engine, ExecSpec};
+    use futures_util::StreamExt;
+    use tokio::io::AsyncBufReadExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let runner = format!("did:plc:retry-{}", std::process::id());
+    let steps = dir.path().join("steps.tsv");
+    // Each attempt waits for the test to let it go, so the test decides
+    // which attempt loses its container.
+    std::fs::write(
+        &steps,
+        "wait\techo waiting-for-the-test; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo let-go\n",
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runner-cli"))
+        .args(["run", "--executor", "docker", "--image", &image()])
+        .args(["--pull", "never", "--network", "none", "--retry", "1"])
+        .args(["--name", "retry", "--runner", &runner, "--log", "-"])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let engine = executor_docker::BollardEngine::connect().await.unwrap();
+    let probe = executor_docker::DockerExecutor::connect(Default::default())
+        .await
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut log = String::new();
+    let mut waits = 0;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        log.push_str(&line);
+        log.push('\n');
+        if line != "waiting-for-the-test" {
+            continue;
+        }
+        waits += 1;
+        let ids = probe.leftovers(&runner).await.unwrap();
+        assert_eq!(ids.len(), 1, "{log}");
+        if waits == 1 {
+            engine.remove(&ids[0]).await.unwrap();
+        } else {
+            let exec = ExecSpec {
+                cmd: vec!["touch".into(), "/tmp/go".into()],
+                env: Vec::new(),
+                working_dir: "/".into(),
+                user: None,
+            };
+            let exec_id = engine.exec_create(&ids[0], &exec).await.unwrap();
+            let mut out = engine.exec_start(&exec_id).await.unwrap();
+            while out.next().await.is_some() {}
+        }
+    }
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(waits, 2, "{log}");
+    assert!(log.contains("==> attempt 2 of 2"), "{log}");
+    assert!(log.contains("attempt 1 failed (environmentLost"), "{log}");
+    let result = result(&dir.path().join("result.json"));
+    assert_eq!(result.attempts.len(), 2);
+    assert_eq!(
+        result.attempts[0].failure.as_ref().map(|f| f.kind),
+        Some(executor_core::FailureKind::EnvironmentLost)
+    );
+    assert_eq!(result.failure, None);
+    assert!(probe.leftovers(&runner).await.unwrap().is_empty());
 }

@@ -75,10 +75,7 @@ async fn the_example_runs_on_k8s_as_the_readme_shows() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: RunResult =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
-            .unwrap();
-    assert_valid_result(&r);
+    let r = read_result(&dir.path().join("result.json"));
     assert_eq!(r.executor, "k8s");
     assert!(r
         .outputs
@@ -130,6 +127,16 @@ async fn a_bad_certificate_or_an_unreachable_server_is_exit_3() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains(cluster.url()));
+    let refused = read_result(&dir.path().join("result.json"))
+        .failure
+        .unwrap();
+    // A certificate the server does not know will not be known next time.
+    assert_eq!(
+        refused.kind,
+        executor_core::FailureKind::Internal,
+        "{refused:?}"
+    );
+    assert!(!refused.retryable);
     let kubeconfig_text = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
     let url = cluster.url().to_string();
     cluster.shutdown().await;
@@ -138,6 +145,17 @@ async fn a_bad_certificate_or_an_unreachable_server_is_exit_3() {
     let out = run(gone).output().await.unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&url));
+    let unreachable = read_result(&dir.path().join("result.json"))
+        .failure
+        .unwrap();
+    assert_eq!(unreachable.kind, executor_core::FailureKind::Unreachable);
+    assert!(unreachable.retryable);
+}
+
+fn read_result(path: &Path) -> RunResult {
+    let result = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_valid_result(&result);
+    result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

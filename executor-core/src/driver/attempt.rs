@@ -18,7 +18,11 @@ use crate::{
 
 /// What one attempt did.
 pub(super) struct AttemptRecord {
+    /// The first failure: its kind, step and words.
     pub(super) failure: Option<Failure>,
+    /// Every failure's words: the first, then what failed after it
+    /// (outputs, stop), for the result's `error`.
+    pub(super) error: Option<String>,
     pub(super) started_at: OffsetDateTime,
     pub(super) finished_at: OffsetDateTime,
     pub(super) steps: Vec<StepResult>,
@@ -32,6 +36,7 @@ impl AttemptRecord {
         let now = OffsetDateTime::now_utc();
         AttemptRecord {
             failure: None,
+            error: None,
             started_at: now,
             finished_at: now,
             steps: Vec::new(),
@@ -54,16 +59,14 @@ impl AttemptRecord {
         self
     }
 
-    /// Adds a failure: the first one keeps its kind and step, later ones
-    /// (outputs, stop) add their words to its message.
+    /// Adds a failure: the first one is the attempt's (the same object as
+    /// its step's), later ones (outputs, stop) add their words to `error`.
     fn note(&mut self, failure: Failure) {
-        match &mut self.failure {
-            None => self.failure = Some(failure),
-            Some(first) => {
-                first.message.push_str("; ");
-                first.message.push_str(&failure.message);
-            }
-        }
+        self.error = Some(match self.error.take() {
+            Some(first) => format!("{first}; {}", failure.message),
+            None => failure.message.clone(),
+        });
+        self.failure.get_or_insert(failure);
     }
 
     fn ended(mut self) -> Self {

@@ -236,17 +236,21 @@ async fn finish(
             phases: record.phases,
         });
         result.failure = record.failure;
+        result.error = record.error;
         result.steps = record.steps;
         result.phases = record.phases;
         result.caches = record.caches;
         result.refused = record.refused;
     }
     if let Some(failure) = after_all {
+        result.error = Some(match result.error.take() {
+            Some(last) => format!("{}; the last attempt: {last}", failure.message),
+            None => failure.message.clone(),
+        });
         result.failure = Some(failure);
     }
     if let Some(failure) = &result.failure {
         result.status = failure.kind.run_status();
-        result.error = Some(failure.message.clone());
     }
     result.mask(&spec.masker());
     log.line(&format!(

@@ -90,6 +90,10 @@ pub async fn cancellation_mid_step(backend: &dyn Backend) {
     assert_eq!(result.status, RunStatus::Cancelled, "{}", log.text());
     assert_eq!(result.steps[0].status, StepStatus::Cancelled);
     assert_eq!(result.steps[1].status, StepStatus::Skipped);
+    let failure = result.failure.clone().expect("a failure record");
+    assert_eq!(failure.kind, executor_core::FailureKind::Cancelled);
+    assert_eq!(failure.step.as_deref(), Some("work"));
+    assert_eq!(result.exit_code(), 130);
     assert_eq!(
         result.outputs.len(),
         1,
@@ -114,6 +118,9 @@ pub async fn failed_start_leaves_nothing(backend: &dyn Backend) {
         .unwrap_or("")
         .contains("does-not-exist"));
     assert_eq!(result.steps[0].status, StepStatus::Skipped);
+    let failure = result.failure.clone().expect("a failure record");
+    assert_eq!(failure.kind, executor_core::FailureKind::Input);
+    assert_eq!(failure.step, None);
     assert_nothing_left(backend, &fx.runner).await;
 }
 
