@@ -31,7 +31,7 @@ pub const LOG_BUDGET: usize = 1 << 20;
 /// A log made with [`RunLog::new`] (and [`RunLog::create`],
 /// [`RunLog::stdout`]) writes from its own thread: a destination that
 /// stalls (a full pipe, a slow disk) never stalls the async runtime, so
-/// timeouts and cancellation still fire on time. At most [`LOG_BUDGET`]
+/// timeouts and cancellation still fire on time. At most 1 MiB
 /// bytes of step output wait for it; past that, [`RunLog::output`] waits,
 /// which is back-pressure on the step, never an unbounded queue. Runner
 /// lines never wait. [`RunLog::inline`] writes in the caller, for
@@ -176,7 +176,7 @@ impl RunLog {
 
     /// Writes step output as it came, but for masked secrets; a tail that
     /// could still be a secret is held until the next chunk, line or end.
-    /// Waits while [`LOG_BUDGET`] bytes are already on their way to a slow
+    /// Waits while 1 MiB of output is already on its way to a slow
     /// destination.
     pub async fn output(&self, bytes: &[u8]) {
         for piece in bytes.chunks(LOG_BUDGET) {
