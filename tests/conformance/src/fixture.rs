@@ -186,9 +186,33 @@ pub async fn run_watched(
     log: &WatchedLog,
     cancel: CancellationToken,
 ) -> RunResult {
-    let result = bounded(run(backend.executor(), spec, &log.run_log(), cancel)).await;
+    run_on(backend.executor(), spec, log, cancel).await
+}
+
+/// As [`run_watched`], on any executor: a [`crate::hooked::Hooked`] one.
+pub async fn run_on(
+    executor: &dyn executor_core::Executor,
+    spec: &RunSpec,
+    log: &WatchedLog,
+    cancel: CancellationToken,
+) -> RunResult {
+    let result = bounded(run(executor, spec, &log.run_log(), cancel)).await;
     assert_valid_result(&result);
     result
+}
+
+/// A probe script for [`crate::hooked::Hooked::probing_before_stop`]:
+/// prints `marker-processes=N`, the number of live processes whose command
+/// line starts with `command`, waiting up to 5 s for it to reach 0 (a
+/// killed process takes a moment to go). Zombies have no command line and
+/// do not count.
+pub fn count_processes_script(command: &str) -> String {
+    format!(
+        "n=0; for try in $(seq 1 100); do n=0; \
+         for f in /proc/[0-9]*/cmdline; do \
+         case \"$(tr '\\000' ' ' 2>/dev/null < \"$f\")\" in '{command}'*) n=$((n+1));; esac; done; \
+         [ \"$n\" = 0 ] && break; sleep 0.05; done; echo \"marker-processes=$n\""
+    )
 }
 
 /// Runs `spec` with `store` as the host's cache folder.

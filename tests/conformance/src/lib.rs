@@ -38,6 +38,7 @@
 
 mod cases;
 pub mod fixture;
+pub mod hooked;
 
 use async_trait::async_trait;
 use executor_core::{Executor, RunSpec};

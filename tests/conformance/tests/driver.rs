@@ -24,6 +24,9 @@ struct Fake {
     mock: MockExecutor,
     hang_in_command: bool,
     hang_in_outputs: bool,
+    /// A start that finishes only once interrupted, as one that was
+    /// creating the environment when the run was cancelled.
+    start_until_interrupted: bool,
     entered: Arc<Notify>,
 }
 
@@ -38,6 +41,10 @@ impl Executor for Fake {
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
+        if self.start_until_interrupted {
+            self.entered.notify_one();
+            interrupt.cancelled().await;
+        }
         self.mock.start(run, log, interrupt).await
     }
     async fn command(
@@ -122,6 +129,7 @@ async fn drive(
         mock,
         hang_in_command: hang,
         hang_in_outputs: false,
+        start_until_interrupted: false,
         entered: Arc::new(Notify::new()),
     };
     let result = run(&fake, spec, &RunLog::discard(), cancel).await;
@@ -360,6 +368,7 @@ async fn cancel_mid_step() {
         mock,
         hang_in_command: true,
         hang_in_outputs: false,
+        start_until_interrupted: false,
         entered: Arc::new(Notify::new()),
     };
     let cancel = CancellationToken::new();
@@ -480,6 +489,7 @@ async fn outputs_that_never_finish_end_at_the_outputs_timeout_and_still_stop() {
         mock,
         hang_in_command: false,
         hang_in_outputs: true,
+        start_until_interrupted: false,
         entered: Arc::new(Notify::new()),
     };
     let mut spec = spec(out.path(), &["a"]);
@@ -578,9 +588,48 @@ async fn invalid_spec_is_an_error_before_anything_starts() {
 async fn cancelled_before_start_finishes_still_stops_what_started() {
     let out = tempfile::tempdir().unwrap();
     let mut mock = MockExecutor::new();
+    // start is interrupted mid-way and still finishes with a handle.
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command().times(0);
+    mock.expect_outputs().times(0);
+    mock.expect_stop()
+        .withf(|h| h.id == "fake-1")
+        .times(1)
+        .returning(|_| Ok(()));
+    let fake = Fake {
+        mock,
+        hang_in_command: false,
+        hang_in_outputs: false,
+        start_until_interrupted: true,
+        entered: Arc::new(Notify::new()),
+    };
+    let cancel = CancellationToken::new();
+    let entered = fake.entered.clone();
+    let spec = spec(out.path(), &["a"]);
+    let log = RunLog::discard();
+    let (result, ()) = tokio::join!(run(&fake, &spec, &log, cancel.clone()), async {
+        entered.notified().await;
+        cancel.cancel();
+    });
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Cancelled);
+    assert_eq!(statuses(&result), [StepStatus::Skipped]);
+    assert_eq!(
+        result.error.as_deref(),
+        Some("cancelled while starting the environment")
+    );
+    drop(fake); // verifies stop ran exactly once
+}
+
+#[tokio::test]
+async fn cancelled_as_start_finishes_runs_no_step_but_collects_and_stops() {
+    let out = tempfile::tempdir().unwrap();
+    let mut mock = MockExecutor::new();
     let cancel = CancellationToken::new();
     let c = cancel.clone();
-    // start "completes" right as the run is cancelled.
+    // start completes on its own just as the run is cancelled.
     mock.expect_start().times(1).returning(move |_, _, _| {
         c.cancel();
         Ok(handle())
@@ -614,6 +663,7 @@ async fn drive_with(mock: MockExecutor, spec: &RunSpec, options: &DriverOptions)
         mock,
         hang_in_command: false,
         hang_in_outputs: false,
+        start_until_interrupted: false,
         entered: Arc::new(Notify::new()),
     };
     let result = run_with(
@@ -839,6 +889,7 @@ async fn cancelled_while_waiting_to_retry_is_cancelled_with_no_new_attempt() {
         mock,
         hang_in_command: false,
         hang_in_outputs: false,
+        start_until_interrupted: false,
         entered: Arc::new(Notify::new()),
     };
     let options = DriverOptions {

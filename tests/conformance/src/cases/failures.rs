@@ -1,19 +1,15 @@
 //! The failure record, and retries of only what a fresh attempt can fix.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use executor_core::tar::{UnpackLimits, UnpackSummary};
 use executor_core::{
-    run_with, CleanupReport, CleanupScope, CommandOutcome, DriverOptions, Executor, ExecutorError,
-    FailureKind, RetryPolicy, RunHandle, RunLog, RunResult, RunSpec, RunStatus, Step, StepCommand,
-    StepStatus,
+    run_with, DriverOptions, Executor, FailureKind, RetryPolicy, RunResult, RunSpec, RunStatus,
+    Step, StepStatus,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::fixture::{assert_nothing_left, assert_valid_result, bounded, Fixture, WatchedLog};
+use crate::hooked::Hooked;
 use crate::Backend;
 
 /// Retries with no pause worth waiting for: the cases are about which
@@ -117,14 +113,9 @@ pub async fn retry_recovers_from_a_lost_environment(backend: &dyn Backend) {
             "second",
             "echo two > \"$OUTPUTS_DIR/second.txt\"",
         ));
-    let lossy = LosesEnvironmentBefore {
-        backend,
-        runner: &fx.runner,
-        step: "second",
-        lost: AtomicBool::new(false),
-    };
+    let lossy = Hooked::new(backend, &fx.runner).losing_environment_before("second");
     let (result, log) = run_retrying(&lossy, &spec, &retrying(2)).await;
-    if !lossy.lost.load(Ordering::SeqCst) {
+    if !lossy.lost() {
         // Nothing to lose on this backend.
         assert_eq!(result.status, RunStatus::Success, "{}", log.text());
         return;
@@ -151,74 +142,4 @@ pub async fn retry_recovers_from_a_lost_environment(backend: &dyn Backend) {
     let names: Vec<&str> = result.outputs.iter().map(|o| o.path.as_str()).collect();
     assert_eq!(names, ["first.txt", "host.txt", "second.txt"], "{text}");
     assert_nothing_left(backend, &fx.runner).await;
-}
-
-/// The backend's executor, except that before the first run of `step` the
-/// runner's environment is really removed from outside.
-struct LosesEnvironmentBefore<'a> {
-    backend: &'a dyn Backend,
-    runner: &'a str,
-    step: &'a str,
-    lost: AtomicBool,
-}
-
-#[async_trait]
-impl Executor for LosesEnvironmentBefore<'_> {
-    fn kind(&self) -> &str {
-        self.backend.executor().kind()
-    }
-    async fn start(
-        &self,
-        run: &RunSpec,
-        log: &RunLog,
-        interrupt: CancellationToken,
-    ) -> Result<RunHandle, ExecutorError> {
-        self.backend.executor().start(run, log, interrupt).await
-    }
-    async fn command(
-        &self,
-        run: &RunHandle,
-        step: &StepCommand,
-        log: &RunLog,
-        interrupt: CancellationToken,
-    ) -> Result<CommandOutcome, ExecutorError> {
-        if step.name == self.step
-            && !self.lost.load(Ordering::SeqCst)
-            && self.backend.lose_environment(self.runner).await
-        {
-            self.lost.store(true, Ordering::SeqCst);
-        }
-        self.backend
-            .executor()
-            .command(run, step, log, interrupt)
-            .await
-    }
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
-        self.backend.executor().outputs(run, dest).await
-    }
-    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
-        self.backend.executor().copy_in(run, src, path).await
-    }
-    async fn copy_out(
-        &self,
-        run: &RunHandle,
-        path: &str,
-        dest: &Path,
-        limits: UnpackLimits,
-    ) -> Result<UnpackSummary, ExecutorError> {
-        self.backend
-            .executor()
-            .copy_out(run, path, dest, limits)
-            .await
-    }
-    async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
-        self.backend.executor().stop(run).await
-    }
-    async fn cleanup(
-        &self,
-        runner: &str,
-        scope: CleanupScope,
-    ) -> Result<CleanupReport, ExecutorError> {
-        self.backend.executor().cleanup(runner, scope).await
-    }
 }

@@ -5,19 +5,37 @@ use std::time::Duration;
 use executor_core::{CleanupScope, RunStatus, Step, StepStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::fixture::{assert_nothing_left, run_to_end, run_watched, Fixture, WatchedLog, PATIENCE};
+use crate::fixture::{
+    assert_nothing_left, count_processes_script, run_on, run_to_end, run_watched, Fixture,
+    WatchedLog, PATIENCE,
+};
+use crate::hooked::Hooked;
 use crate::Backend;
 
 /// A step over its step timeout is killed and recorded as `timeout`; the
 /// rest are skipped.
 pub async fn step_timeout_kills_step(backend: &dyn Backend) {
     let fx = Fixture::new("steptimeout");
+    // A child in the background, and the step itself: both must die.
     let mut spec = fx
         .spec(backend, "step-timeout")
-        .step(Step::new("hang", "echo hanging; exec sleep 600"))
+        .step(Step::new(
+            "hang",
+            "sleep 7391 & echo hanging; exec sleep 7391",
+        ))
         .step(Step::new("after", "echo after"));
     spec.step_timeout = Duration::from_secs(2);
-    let (result, log) = run_to_end(backend, &spec).await;
+    let probing =
+        Hooked::new(backend, &fx.runner).probing_before_stop(&count_processes_script("sleep 7391"));
+    let log = WatchedLog::default();
+    let result = run_on(&probing, &spec, &log, CancellationToken::new()).await;
+    // Killed by the backend, not by stop tearing everything down after.
+    let probe = probing.probe_output().unwrap_or_default();
+    assert!(
+        probe.contains("marker-processes=0"),
+        "{probe}\n{}",
+        log.text()
+    );
     assert_eq!(result.status, RunStatus::Timeout, "{}", log.text());
     assert_eq!(result.steps[0].status, StepStatus::Timeout);
     assert_eq!(result.steps[0].exit_code, None);
@@ -77,7 +95,7 @@ pub async fn cancellation_mid_step(backend: &dyn Backend) {
         .spec(backend, "cancel")
         .step(Step::new(
             "work",
-            "echo partial > \"$OUTPUTS_DIR/partial.txt\"; echo cancel-me-now; exec sleep 600",
+            "echo partial > \"$OUTPUTS_DIR/partial.txt\"; sleep 7392 & echo cancel-me-now; exec sleep 7392",
         ))
         .step(Step::new("after", "true"));
     let log = WatchedLog::default();
@@ -86,7 +104,15 @@ pub async fn cancellation_mid_step(backend: &dyn Backend) {
         log.wait_for("cancel-me-now").await;
         cancel.cancel();
     };
-    let (result, ()) = tokio::join!(run_watched(backend, &spec, &log, cancel.clone()), observe);
+    let probing =
+        Hooked::new(backend, &fx.runner).probing_before_stop(&count_processes_script("sleep 7392"));
+    let (result, ()) = tokio::join!(run_on(&probing, &spec, &log, cancel.clone()), observe);
+    let probe = probing.probe_output().unwrap_or_default();
+    assert!(
+        probe.contains("marker-processes=0"),
+        "{probe}\n{}",
+        log.text()
+    );
     assert_eq!(result.status, RunStatus::Cancelled, "{}", log.text());
     assert_eq!(result.steps[0].status, StepStatus::Cancelled);
     assert_eq!(result.steps[1].status, StepStatus::Skipped);
