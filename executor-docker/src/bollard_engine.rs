@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions,
-    InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    InspectContainerOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
     UploadToContainerOptions,
 };
 use bollard::Docker;
@@ -416,6 +416,41 @@ impl Engine for BollardEngine {
             })
             .collect())
     }
+
+    async fn list_volumes(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{label}={value}")])]);
+        let options = ListVolumesOptions {
+            filters: Some(filters),
+        };
+        let found = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(fail("listing volumes"))?;
+        Ok(found
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| Listed {
+                id: v.name,
+                labels: v.labels,
+            })
+            .collect())
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError> {
+        match self
+            .docker
+            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(err) if status(&err) == Some(404) => Ok(true),
+            // Still mounted by a container.
+            Err(err) if status(&err) == Some(409) => Ok(false),
+            Err(err) => Err(fail(format!("removing volume {name}"))(err)),
+        }
+    }
 }
 
 /// The body of `POST /containers/create` for `spec`, exactly as sent.
@@ -445,6 +480,12 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
                     .map(|path| Mount {
                         target: Some(path.clone()),
                         typ: Some(MountType::VOLUME),
+                        // Labelled as the container, so a volume left by a
+                        // failed removal is found and removed by cleanup.
+                        volume_options: Some(MountVolumeOptions {
+                            labels: Some(spec.labels.clone()),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     })
                     .collect(),

@@ -127,4 +127,14 @@ impl Engine for DryRunEngine {
         ));
         Ok(Vec::new())
     }
+    async fn list_volumes(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        self.say(format!(
+            "GET /volumes?filters={{\"label\":[\"{label}={value}\"]}}"
+        ));
+        Ok(Vec::new())
+    }
+    async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError> {
+        self.say(format!("DELETE /volumes/{name}"));
+        Ok(true)
+    }
 }

@@ -36,7 +36,8 @@ pub struct ContainerSpec {
     pub network_mode: Option<String>,
     /// Security options, always including `no-new-privileges`.
     pub security_opt: Vec<String>,
-    /// Anonymous volumes mounted at these paths; removed with the container.
+    /// Anonymous volumes mounted at these paths, labelled as the
+    /// container is; removed with the container.
     pub volumes: Vec<String>,
     /// `PidsLimit`.
     pub pids_limit: Option<i64>,
@@ -131,4 +132,9 @@ pub trait Engine: Send + Sync {
     async fn remove(&self, id: &str) -> Result<(), ExecutorError>;
     /// `GET /containers/json?all=true&filters=...`: containers with this label.
     async fn list(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError>;
+    /// `GET /volumes?filters=...`: volumes with this label, by name and labels.
+    async fn list_volumes(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError>;
+    /// `DELETE /volumes/{name}`: `Ok(false)` when a container still uses
+    /// it; a missing volume is fine.
+    async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError>;
 }

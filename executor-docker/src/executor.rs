@@ -49,13 +49,33 @@ impl DockerExecutor {
         }
     }
 
-    /// Every container of `runner`, live or not, by label: the probe for leftovers.
+    /// Every container of `runner`, live or not, then every volume of its
+    /// (as `volume/NAME`), by label: the probe for leftovers.
     pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
-        Ok(self
+        let mut found: Vec<String> = self
             .runner_containers(runner)
             .await?
             .into_iter()
             .map(|(id, _)| id)
+            .collect();
+        found.extend(
+            self.runner_volumes(runner)
+                .await?
+                .into_iter()
+                .map(|name| format!("volume/{name}")),
+        );
+        Ok(found)
+    }
+
+    async fn runner_volumes(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        let found = self
+            .engine
+            .list_volumes(RUNNER_LABEL, &label_value(runner))
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter(|v| v.labels.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner))
+            .map(|v| v.id)
             .collect())
     }
 
@@ -572,6 +592,14 @@ impl Executor for DockerExecutor {
                 self.engine.remove(&id).await?;
                 tracing::info!(container = %id, "removed a leftover container");
                 removed.push(id);
+            }
+        }
+        // Volumes a failed removal left: those no container uses any more
+        // (the engine refuses to remove the others).
+        for name in self.runner_volumes(runner).await? {
+            if self.engine.remove_volume(&name).await? {
+                tracing::info!(volume = %name, "removed a leftover volume");
+                removed.push(format!("volume/{name}"));
             }
         }
         Ok(CleanupReport { removed })

@@ -37,3 +37,57 @@ async fn an_absolute_cache_is_a_volume_that_keeps_the_image_content() {
         assert_nothing_left(&backend, &fx.runner).await;
     }
 }
+
+/// A container removed without its volumes (a removal that failed half
+/// way, an operator's `docker rm`) leaves the run's volumes: the probe
+/// finds them by the runner's label, and cleanup removes them once no
+/// container uses them.
+#[tokio::test]
+async fn volumes_left_by_a_container_removed_without_them_are_found_and_cleaned_up() {
+    use executor_core::{CleanupScope, Executor, RunLog};
+    let backend = Docker(common::executor(common::options()).await);
+    let fx = Fixture::new("leftvolumes");
+    let spec = fx
+        .spec(&backend, "left-volumes")
+        .step(Step::new("s", "true"));
+    let handle = backend
+        .0
+        .start(
+            &spec,
+            &RunLog::discard(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    // While the container lives, cleanup leaves its volumes alone.
+    let report = backend
+        .0
+        .cleanup(&fx.runner, CleanupScope::Expired)
+        .await
+        .unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    let docker = bollard::Docker::connect_with_defaults().unwrap();
+    docker
+        .remove_container(
+            &handle.id,
+            Some(bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                v: false,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+    let left = backend.0.leftovers(&fx.runner).await.unwrap();
+    assert!(
+        !left.is_empty() && left.iter().all(|l| l.starts_with("volume/")),
+        "{left:?}"
+    );
+    let report = backend
+        .0
+        .cleanup(&fx.runner, CleanupScope::Expired)
+        .await
+        .unwrap();
+    assert_eq!(report.removed.len(), left.len(), "{report:?}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}

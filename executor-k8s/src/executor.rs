@@ -372,6 +372,7 @@ impl Executor for K8sExecutor {
                 self.cluster.as_ref(),
                 &objects.pod_selector,
                 self.options.pod_timeout,
+                self.options.progress_every,
                 log,
                 &interrupt,
             )

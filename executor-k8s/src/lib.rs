@@ -78,6 +78,9 @@ pub struct K8sOptions {
     pub run_as_non_root: bool,
     /// How long the pod may take to be Ready (a node may be rented meanwhile).
     pub pod_timeout: Duration,
+    /// How often a long wait for the pod says in the log that it still
+    /// waits, with the pod's latest state and events.
+    pub progress_every: Duration,
     /// Added to the run's lifetime ([`RunSpec::lifetime`](executor_core::RunSpec::lifetime):
     /// run timeout plus outputs timeout) for `activeDeadlineSeconds` and the expiry.
     pub grace: Duration,
@@ -108,6 +111,7 @@ impl Default for K8sOptions {
             run_as_group: None,
             run_as_non_root: false,
             pod_timeout: Duration::from_secs(600),
+            progress_every: Duration::from_secs(10),
             grace: Duration::from_secs(300),
             ttl_after_finished: Duration::from_secs(600),
             stop_timeout: Duration::from_secs(120),

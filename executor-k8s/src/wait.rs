@@ -36,8 +36,6 @@ const EVICTED_REASONS: &[&str] = &[
     "NodeLost",
     "UnexpectedAdmissionError",
 ];
-/// How often a long wait reports that it is still waiting.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// What happened to a pod that will not run (or run on), and what kind of
 /// failure it is, from the pod's own status.
@@ -199,6 +197,7 @@ pub async fn ready(
     cluster: &dyn Cluster,
     selector: &str,
     timeout: Duration,
+    progress_every: Duration,
     log: &RunLog,
     interrupt: &CancellationToken,
 ) -> Result<String, ExecutorError> {
@@ -208,8 +207,10 @@ pub async fn ready(
     let mut seen_events = HashSet::new();
     let mut pod_name: Option<String> = None;
     let unscheduled = std::sync::atomic::AtomicBool::new(false);
+    // An interval of zero would spin (and tokio refuses it).
+    let progress_every = progress_every.max(Duration::from_millis(100));
     let mut progress =
-        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
     loop {
         let (pods, rv) = cluster.list_pods(selector).await?;
         let unscheduled = &unscheduled;

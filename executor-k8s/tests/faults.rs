@@ -25,7 +25,14 @@ fn error_of(result: &executor_core::RunResult) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_pending_pod_is_waited_for_with_progress() {
-    let backend = k8s().await;
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            progress_every: Duration::from_millis(300),
+            ..common::options()
+        },
+    )
+    .await;
     backend.cluster.faults().pending_for(Duration::from_secs(2));
     let fx = Fixture::new("pending");
     let spec = fx
@@ -37,7 +44,13 @@ async fn a_long_pending_pod_is_waited_for_with_progress() {
     assert!(text.contains("not scheduled: Unschedulable"), "{text}");
     assert!(text.contains("event Warning FailedScheduling"), "{text}");
     assert!(text.contains("TriggeredScaleUp"), "{text}");
-    assert!(text.contains("waited "), "{text}");
+    assert!(text.contains("(waited 0s)"), "{text}");
+    // The periodic line, not only the first change of state.
+    assert!(
+        text.contains("still waiting for the pod to be ready after")
+            && text.contains("not scheduled: Unschedulable"),
+        "{text}"
+    );
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
@@ -319,6 +332,44 @@ async fn variables_go_through_a_secret_owned_by_the_job_and_never_into_the_log()
         requests.iter().all(|r| !r.query.contains("s3cr3t")),
         "a secret value went into a URL"
     );
+    // Nor into any body but the Secret's own: not the Job, not a patch.
+    use base64::Engine as _;
+    let values = ["s3cr3t-run-value", "s3cr3t-step-value"];
+    let forms: Vec<String> = values
+        .iter()
+        .flat_map(|v| {
+            [
+                v.to_string(),
+                base64::engine::general_purpose::STANDARD.encode(v),
+            ]
+        })
+        .collect();
+    let bodies = backend.cluster.bodies();
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b.method == "POST" && b.path.ends_with("/jobs")),
+        "the Job's body was recorded"
+    );
+    // The check can see a value: the Secret's own body holds them.
+    assert!(
+        bodies.iter().any(|b| forms
+            .iter()
+            .any(|f| String::from_utf8_lossy(&b.body).contains(f.as_str()))),
+        "no body holds the values at all: {bodies:?}"
+    );
+    for body in &bodies {
+        let text = String::from_utf8_lossy(&body.body);
+        let secret_create = body.method == "POST" && body.path.ends_with("/secrets");
+        for form in &forms {
+            assert!(
+                secret_create || !text.contains(form.as_str()),
+                "{form} went into {} {}: {text}",
+                body.method,
+                body.path
+            );
+        }
+    }
     assert!(
         requests
             .iter()

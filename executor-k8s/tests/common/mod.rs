@@ -32,11 +32,22 @@ pub struct K8s {
 
 impl K8s {
     pub async fn start(cluster: ClusterOptions, options: K8sOptions) -> Self {
+        Self::start_in(None, cluster, options).await
+    }
+
+    /// As [`K8s::start`], with the executor in `namespace` (else the
+    /// kubeconfig's, `default`).
+    pub async fn start_in(
+        namespace: Option<&str>,
+        cluster: ClusterOptions,
+        options: K8sOptions,
+    ) -> Self {
         let cluster = TestCluster::start(cluster)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let source = KubeconfigSource {
             kubeconfig: Some(cluster.kubeconfig().to_path_buf()),
+            namespace: namespace.map(str::to_string),
             ..KubeconfigSource::default()
         };
         let executor = K8sExecutor::connect(&source, options)
@@ -61,20 +72,16 @@ impl Backend for K8s {
             .leftovers(runner)
             .await
             .unwrap_or_else(|e| vec![format!("cannot list: {e}")]);
-        // Pods of any Job, in case labels were lost.
-        found.extend(
-            self.cluster
-                .pods("default")
-                .into_iter()
-                .map(|p| format!("pod/{p}")),
-        );
+        // Every object in any namespace, whatever its labels: each case
+        // has a cluster of its own, so anything there is left behind.
+        found.extend(self.cluster.everything());
         found
     }
     async fn lose_environment(&self, _runner: &str) -> bool {
-        let pods = self.cluster.pods("default");
-        for pod in &pods {
+        let pods = self.cluster.all_pods();
+        for (ns, pod) in &pods {
             self.cluster
-                .pod_fault("default", pod, kube_testcluster::PodFault::Delete)
+                .pod_fault(ns, pod, kube_testcluster::PodFault::Delete)
                 .await;
         }
         !pods.is_empty()

@@ -129,7 +129,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
                 .ok_or_else(|| ApiError::not_found(route.kind, name))
         }
         (&Method::POST, None, _) => {
-            let body = match read_json(req).await {
+            let body = match read_json(&shared, req).await {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
@@ -145,7 +145,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
             if !content_type.starts_with("application/merge-patch+json") {
                 return error_response(&ApiError::unsupported_media(&content_type));
             }
-            let patch = match read_json(req).await {
+            let patch = match read_json(&shared, req).await {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
@@ -157,12 +157,14 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
                 .ok_or_else(|| ApiError::not_found(route.kind, name))
         }
         (&Method::DELETE, Some(name), None) => {
+            let path = req.uri().path().to_string();
             let body = req
                 .into_body()
                 .collect()
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
+            shared.record_body("DELETE", &path, &body);
             let options: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             delete(&shared, &route, name, &query, &options).await
         }
@@ -174,13 +176,15 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
 }
 
-async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+async fn read_json(shared: &Shared, req: Request<Incoming>) -> Result<Value, ApiError> {
+    let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     let body = req
         .into_body()
         .collect()
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?
         .to_bytes();
+    shared.record_body(&method, &path, &body);
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
 }

@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 pub use exec::Protocol;
 pub use faults::{Faults, ImagePullFault, PodFault};
 pub use kubelet::{parse_quantity, CLUSTER_LABEL, NODE};
-pub use server::{AuthMode, Recorded};
+pub use server::{AuthMode, Recorded, RecordedBody};
 pub use tls::KubeconfigAuth;
 
 use server::Shared;
@@ -126,6 +126,7 @@ impl TestCluster {
             tenant_cert: tls::der_of(&creds.tenant.cert)?,
             tenant_role: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            bodies: Mutex::new(Vec::new()),
             protocols: Mutex::new(Vec::new()),
         });
         let server = tokio::spawn(server::serve(listener, acceptor, shared.clone()));
@@ -226,6 +227,16 @@ impl TestCluster {
             .clone()
     }
 
+    /// The body of every request that had one (creates, patches, deletes,
+    /// access reviews), so a test can look for what must never be sent.
+    pub fn bodies(&self) -> Vec<RecordedBody> {
+        self.shared
+            .bodies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
         self.shared
@@ -257,6 +268,38 @@ impl TestCluster {
     /// Names of the Secrets in `ns` now.
     pub fn secrets(&self, ns: &str) -> Vec<String> {
         self.names(Kind::Secret, ns)
+    }
+
+    /// Every Job, pod and Secret in any namespace, as `kind/namespace/name`,
+    /// whatever its labels: the leftover probe that does not trust the
+    /// executor's own label query.
+    pub fn everything(&self) -> Vec<String> {
+        [Kind::Job, Kind::Pod, Kind::Secret]
+            .into_iter()
+            .flat_map(|kind| {
+                let (items, _) = self.shared.store.list(kind, None, &Default::default());
+                items.into_iter().map(move |o| {
+                    format!(
+                        "{}/{}/{}",
+                        kind.name(),
+                        o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                        o["metadata"]["name"].as_str().unwrap_or_default()
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Every pod in any namespace, as `(namespace, name)`.
+    pub fn all_pods(&self) -> Vec<(String, String)> {
+        let (items, _) = self.shared.store.list(Kind::Pod, None, &Default::default());
+        items
+            .iter()
+            .map(|o| {
+                let field = |k: &str| o["metadata"][k].as_str().unwrap_or_default().to_string();
+                (field("namespace"), field("name"))
+            })
+            .collect()
     }
 
     fn names(&self, kind: Kind, ns: &str) -> Vec<String> {

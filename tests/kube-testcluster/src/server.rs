@@ -38,6 +38,17 @@ pub struct Recorded {
     pub authenticated: bool,
 }
 
+/// The body of one request that had one, as the server read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedBody {
+    /// HTTP method.
+    pub method: String,
+    /// Path.
+    pub path: String,
+    /// The bytes as sent.
+    pub body: Vec<u8>,
+}
+
 /// State shared by every connection.
 pub struct Shared {
     pub(crate) store: Arc<Store>,
@@ -51,10 +62,25 @@ pub struct Shared {
     pub(crate) tenant_cert: Vec<u8>,
     pub(crate) tenant_role: Mutex<Option<crate::rbac::Role>>,
     pub(crate) requests: Mutex<Vec<Recorded>>,
+    pub(crate) bodies: Mutex<Vec<RecordedBody>>,
     pub(crate) protocols: Mutex<Vec<Protocol>>,
 }
 
 impl Shared {
+    pub(crate) fn record_body(&self, method: &str, path: &str, body: &[u8]) {
+        if body.is_empty() {
+            return;
+        }
+        self.bodies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(RecordedBody {
+                method: method.to_string(),
+                path: path.to_string(),
+                body: body.to_vec(),
+            });
+    }
+
     pub(crate) fn note_protocol(&self, p: Protocol) {
         self.protocols
             .lock()
