@@ -97,7 +97,7 @@ async fn container_removed_from_outside_mid_step_is_an_error_not_a_hang() {
         let left = backend.0.leftovers(&fx.runner).await.unwrap();
         let ids = containers_of(&left);
         assert_eq!(ids.len(), 1);
-        engine().await.remove(&ids[0]).await.unwrap();
+        engine().await.remove(ids[0]).await.unwrap();
     };
     let (result, ()) = tokio::join!(
         run_watched(&backend, &spec, &log, CancellationToken::new()),
