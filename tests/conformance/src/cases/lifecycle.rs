@@ -126,8 +126,11 @@ pub async fn cancellation_mid_step(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 }
 
-/// A start that fails (here: the checkout folder is missing) is an error
-/// result, every step skipped, and nothing is left behind.
+/// A start that fails is an error result, every step skipped, and nothing
+/// is left behind: both before anything exists (the checkout folder is
+/// missing) and half way, once the environment exists (a socket in the
+/// shared steps folder cannot be packed, and the steps go in after the
+/// environment is made and the checkout is in it).
 pub async fn failed_start_leaves_nothing(backend: &dyn Backend) {
     let fx = Fixture::new("badstart");
     let mut spec = fx
@@ -145,6 +148,34 @@ pub async fn failed_start_leaves_nothing(backend: &dyn Backend) {
     let failure = result.failure.clone().expect("a failure record");
     assert_eq!(failure.kind, executor_core::FailureKind::Input);
     assert_eq!(failure.step, None);
+    assert_nothing_left(backend, &fx.runner).await;
+
+    let fx = Fixture::new("halfstart");
+    crate::fixture::write(&fx.checkout(), "big.bin", vec![7u8; 4 << 20]);
+    let _socket = std::os::unix::net::UnixListener::bind(fx.steps().join("z.sock"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = fx
+        .spec(backend, "half-start")
+        .steps_dir(fx.steps())
+        .step(Step::new("never", "echo should-not-run"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Error, "{text}");
+    assert!(
+        result.error.as_deref().unwrap_or("").contains("z.sock"),
+        "{text}"
+    );
+    assert_eq!(result.steps[0].status, StepStatus::Skipped);
+    assert!(!text.contains("should-not-run"), "{text}");
+    // The backend said what it made before start failed: the environment
+    // existed, and its teardown is what left nothing.
+    let made = text
+        .lines()
+        .skip_while(|l| !l.starts_with("==> run half-start on"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("==> start failed"))
+        .count();
+    assert!(made > 0, "nothing was made before start failed:\n{text}");
     assert_nothing_left(backend, &fx.runner).await;
 }
 
