@@ -75,6 +75,38 @@ async fn assert_refused(entries: &[Vec<u8>], expect: &str) {
             "{path} was written outside the destination"
         );
     }
+    // Nor under another name: no link anywhere in the destination leads out.
+    if dest.exists() {
+        let leaving = executor_core::tar::links_leaving(&dest).unwrap();
+        assert!(leaving.is_empty(), "links lead out: {leaving:?}");
+    }
+}
+
+#[test]
+fn the_link_audit_sees_dangling_chained_and_hard_links_out() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("root");
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::fs::write(outer.path().join("secret"), "x").unwrap();
+    // Inside: plain, through a folder, and a chain that stays in.
+    symlink("d", root.join("to-d")).unwrap();
+    symlink("../to-d", root.join("d/back")).unwrap();
+    // Out: a chain through an inner link (to the root itself, which is
+    // in), dangling; absolute; hard.
+    symlink("..", root.join("d/up")).unwrap();
+    symlink("d/up/../not-yet", root.join("chained")).unwrap();
+    symlink("/nowhere/at/all", root.join("absolute")).unwrap();
+    std::fs::hard_link(outer.path().join("secret"), root.join("hard")).unwrap();
+    // A hard link between two files inside is fine.
+    std::fs::write(root.join("a"), "a").unwrap();
+    std::fs::hard_link(root.join("a"), root.join("d/a")).unwrap();
+    let root = root.canonicalize().unwrap();
+    let leaving = executor_core::tar::links_leaving(&root).unwrap();
+    let names: Vec<String> = leaving
+        .iter()
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(names, ["absolute", "chained", "hard"]);
 }
 
 #[tokio::test]

@@ -5,8 +5,11 @@
 //! that came from an environment into a host folder, refusing anything that
 //! could escape it.
 
+mod audit;
 mod pack;
 mod unpack;
+
+pub use audit::links_leaving;
 
 pub use pack::{pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{
