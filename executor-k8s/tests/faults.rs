@@ -596,3 +596,26 @@ async fn a_step_that_replaces_tar_cannot_bomb_or_flood_the_runner() {
         assert_nothing_left(&backend, &fx.runner).await;
     }
 }
+
+/// Watches that the server ends early (as real servers do after their
+/// request timeout) are listed again and watched on: the pod wait and the
+/// wait for the pod to go both ride through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_the_server_ends_are_listed_again_and_watched_on() {
+    let backend = k8s().await;
+    backend
+        .cluster
+        .faults()
+        .watch_expiry(Some(Duration::from_millis(200)));
+    backend.cluster.faults().pending_for(Duration::from_secs(1));
+    let fx = Fixture::new("watchexpiry");
+    let spec = fx
+        .spec(&backend, "watch-expiry")
+        .step(Step::new("hi", "echo through-expired-watches"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("through-expired-watches"));
+    let (expired, _) = backend.cluster.faults().watch_endings();
+    assert!(expired >= 1, "no watch expired: the re-list path never ran");
+    assert_nothing_left(&backend, &fx.runner).await;
+}

@@ -261,6 +261,26 @@ fn watch(shared: &Shared, route: &Route, query: &str) -> Response<Body> {
         .unwrap_or(0);
     let timeout = query_get(query, "timeoutSeconds").and_then(|v| v.parse::<u64>().ok());
     let kind = route.kind;
+    // A real server compacts its history: a watch from a version it no
+    // longer holds gets one ERROR event (410 Gone) and the stream ends, and
+    // the client must list again.
+    if since > 0 && since < shared.faults.compacted_at() {
+        shared.faults.note_watch_gone();
+        let gone = json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {since} ({})", shared.faults.compacted_at()),
+            "reason": "Expired", "code": 410,
+        }});
+        let body = Bytes::from(format!("{gone}\n"));
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header("Content-Type", "application/json")
+            .body(Full::new(body).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+    }
+    // And it ends every watch after a while, whatever the client asked.
+    let expiry = shared.faults.watch_expiry_now();
+    let watch_faults = shared.faults.clone();
     if kind == Kind::Pod {
         shared.faults.note_pod_watch();
     }
@@ -308,12 +328,22 @@ fn watch(shared: &Shared, route: &Route, query: &str) -> Response<Body> {
                 }
             }
         }
-        let deadline =
-            timeout.map(|t| tokio::time::Instant::now() + std::time::Duration::from_secs(t));
+        let asked = timeout.map(std::time::Duration::from_secs);
+        let lasts = match (asked, expiry) {
+            (Some(a), Some(e)) => Some(a.min(e)),
+            (a, e) => a.or(e),
+        };
+        let deadline = lasts.map(|d| tokio::time::Instant::now() + d);
         loop {
             let next = async {
                 match deadline {
-                    Some(at) => tokio::time::timeout_at(at, rx.recv()).await.ok(),
+                    Some(at) => {
+                        let got = tokio::time::timeout_at(at, rx.recv()).await.ok();
+                        if got.is_none() && expiry.is_some() {
+                            watch_faults.note_watch_expired();
+                        }
+                        got
+                    }
                     None => Some(rx.recv().await),
                 }
             };

@@ -46,6 +46,10 @@ struct State {
     cut_exec_after_output: bool,
     idle_ws_timeout: Option<Duration>,
     status_lag: bool,
+    watch_expiry: Option<Duration>,
+    compacted_at: u64,
+    watches_expired: u64,
+    watches_gone: u64,
 }
 
 /// The faults in force; every setter applies to what happens next.
@@ -106,6 +110,38 @@ impl Faults {
     /// once sees a pod that still looks healthy.
     pub fn status_lag(&self, on: bool) {
         self.lock().status_lag = on;
+    }
+
+    /// Every watch ends after `d` (a real server ends them after its
+    /// request timeout), whatever timeout the client asked for.
+    pub fn watch_expiry(&self, d: Option<Duration>) {
+        self.lock().watch_expiry = d;
+    }
+
+    /// The server compacts its history now, at resource version `rv`:
+    /// a later watch from an older version gets `410 Gone`.
+    pub fn compact_history(&self, rv: u64) {
+        self.lock().compacted_at = rv;
+    }
+
+    /// How many watches ended at their expiry, and how many were refused
+    /// with 410 Gone: proof that a client listed again.
+    pub fn watch_endings(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.watches_expired, s.watches_gone)
+    }
+
+    pub(crate) fn watch_expiry_now(&self) -> Option<Duration> {
+        self.lock().watch_expiry
+    }
+    pub(crate) fn compacted_at(&self) -> u64 {
+        self.lock().compacted_at
+    }
+    pub(crate) fn note_watch_expired(&self) {
+        self.lock().watches_expired += 1;
+    }
+    pub(crate) fn note_watch_gone(&self) {
+        self.lock().watches_gone += 1;
     }
 
     pub(crate) fn lags_status(&self) -> bool {

@@ -213,6 +213,14 @@ impl TestCluster {
         ))
     }
 
+    /// Compacts the history at the current resource version: a watch from
+    /// an older one gets `410 Gone`, as from a real server.
+    pub fn compact_history(&self) {
+        self.shared
+            .faults
+            .compact_history(self.shared.store.resource_version());
+    }
+
     /// Faults to inject from now on.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults

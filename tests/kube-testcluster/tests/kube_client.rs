@@ -291,3 +291,52 @@ async fn faults_on_demand() {
     cluster.faults().image_pull(None);
     cluster.shutdown().await;
 }
+
+/// Watches end as a real server ends them: after the server's expiry
+/// whatever the client asked for, and with one ERROR event (410 Gone)
+/// when asked from a version older than the server's compacted history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_expire_and_old_versions_are_gone() {
+    use futures_util::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    cluster
+        .faults()
+        .watch_expiry(Some(Duration::from_millis(300)));
+    let pods: Api<Pod> = Api::default_namespaced(client(&cluster).await);
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    // Asked for 290 s; the stream still ends, at the server's expiry.
+    let events = pods
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await
+        .unwrap();
+    let seen: Vec<_> = tokio::time::timeout(Duration::from_secs(60), events.collect::<Vec<_>>())
+        .await
+        .expect("the watch never ended");
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(cluster.faults().watch_endings(), (1, 0));
+
+    let jobs: Api<Job> = Api::default_namespaced(client(&cluster).await);
+    jobs.create(&PostParams::default(), &job("compacted", &image()))
+        .await
+        .unwrap();
+    cluster.compact_history();
+    let mut events = pods
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match events.next().await {
+        Some(Ok(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    assert!(events.next().await.is_none(), "the stream ends after 410");
+    assert_eq!(cluster.faults().watch_endings().1, 1);
+    cluster.shutdown().await;
+}
