@@ -45,6 +45,9 @@ impl K8s {
         let cluster = TestCluster::start(cluster)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(ns) = namespace {
+            cluster.create_namespace(ns);
+        }
         let source = KubeconfigSource {
             kubeconfig: Some(cluster.kubeconfig().to_path_buf()),
             namespace: namespace.map(str::to_string),

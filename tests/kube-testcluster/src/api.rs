@@ -379,6 +379,14 @@ fn tokio_stream_from(
 
 fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, Value), ApiError> {
     let ns = route.ns.clone().unwrap_or_else(|| "default".into());
+    let exists = shared
+        .namespaces
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&ns);
+    if !exists {
+        return Err(ApiError::namespace_not_found(&ns));
+    }
     if body["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -471,8 +479,13 @@ fn exec_upgrade(
 ) -> Response<Body> {
     let ns = route.ns.clone().unwrap_or_else(|| "default".into());
     let name = route.name.clone().unwrap_or_default();
-    if shared.store.get(Kind::Pod, &ns, &name).is_none() {
+    let Some(pod) = shared.store.get(Kind::Pod, &ns, &name) else {
         return error_response(&ApiError::not_found(Kind::Pod, &name));
+    };
+    let params = ExecParams::parse(query);
+    // What a real server refuses before any upgrade, with its words.
+    if let Err(refusal) = exec_refusal(&shared, &pod, &ns, &name, &params) {
+        return error_response(&refusal);
     }
     let headers = req.headers();
     let is_ws = headers
@@ -494,7 +507,6 @@ fn exec_upgrade(
         Err(msg) => return error_response(&ApiError::forbidden(msg)),
     };
     shared.note_protocol(protocol);
-    let params = ExecParams::parse(query);
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let container = shared.kubelet.container_of(&ns, &name);
     let upgrade = hyper::upgrade::on(&mut req);
@@ -522,6 +534,61 @@ fn exec_upgrade(
         .header("Sec-WebSocket-Protocol", protocol.as_str())
         .body(Full::new(Bytes::new()).boxed())
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// Why a real API server (and the kubelet behind it) would refuse this
+/// exec before upgrading the connection.
+fn exec_refusal(
+    shared: &Shared,
+    pod: &Value,
+    ns: &str,
+    name: &str,
+    params: &ExecParams,
+) -> Result<(), ApiError> {
+    if !(params.stdin || params.stdout || params.stderr) {
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    let containers: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    let container = match params.container.as_deref() {
+        Some(c) if containers.contains(&c) => c,
+        Some(c) => {
+            return Err(ApiError::bad_request(format!(
+                "container {c} is not valid for pod {name}"
+            )))
+        }
+        None if containers.len() == 1 => containers[0],
+        None => {
+            return Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: {containers:?}"
+            )))
+        }
+    };
+    let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+    if phase == "Succeeded" || phase == "Failed" {
+        return Err(ApiError::bad_request(format!(
+            "cannot exec into a container in a completed pod; current phase is {phase}"
+        )));
+    }
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    if shared.kubelet.container_of(ns, name).is_none() {
+        return Err(ApiError::internal(format!(
+            "unable to upgrade connection: container not found (\"{container}\")"
+        )));
+    }
+    Ok(())
 }
 
 fn openapi_doc(kinds: &[(&str, &str, &str)]) -> Value {

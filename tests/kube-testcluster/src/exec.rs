@@ -36,15 +36,17 @@ impl Protocol {
     }
 }
 
-/// Picks the subprotocol from the client's offer, most preferred first by
-/// the server: v5 unless `v4_only`. `Err` carries the 403 message.
+/// Picks the subprotocol as a real server does: the first in the client's
+/// offer that it speaks (v5 only unless `v4_only`). `Err` carries the 403
+/// message.
 pub fn negotiate(offer: &str, v4_only: bool) -> Result<Protocol, String> {
-    let offered: Vec<&str> = offer.split(',').map(str::trim).collect();
-    if !v4_only && offered.contains(&Protocol::V5.as_str()) {
-        return Ok(Protocol::V5);
-    }
-    if offered.contains(&Protocol::V4.as_str()) {
-        return Ok(Protocol::V4);
+    let speaks = |p: &str| {
+        (p == Protocol::V5.as_str() && !v4_only)
+            .then_some(Protocol::V5)
+            .or((p == Protocol::V4.as_str()).then_some(Protocol::V4))
+    };
+    if let Some(p) = offer.split(',').map(str::trim).find_map(speaks) {
+        return Ok(p);
     }
     Err(format!(
         "unable to upgrade: no supported subprotocol in {offer:?}; this server speaks {}",
@@ -67,6 +69,8 @@ pub struct ExecParams {
     pub stdout: bool,
     /// Attach stderr.
     pub stderr: bool,
+    /// The container named, if any.
+    pub container: Option<String>,
 }
 
 impl ExecParams {
@@ -79,6 +83,7 @@ impl ExecParams {
                 "stdin" => p.stdin = v == "true" || v == "1",
                 "stdout" => p.stdout = v == "true" || v == "1",
                 "stderr" => p.stderr = v == "true" || v == "1",
+                "container" => p.container = Some(v),
                 _ => {}
             }
         }
@@ -178,8 +183,8 @@ pub async fn serve(
     let options = CreateExecOptions {
         cmd: Some(params.command.clone()),
         attach_stdin: Some(params.stdin),
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
+        attach_stdout: Some(params.stdout),
+        attach_stderr: Some(params.stderr),
         tty: Some(false),
         ..Default::default()
     };
@@ -246,14 +251,16 @@ pub async fn serve(
             chunk = output.next() => {
                 idle_deadline = idle.map(|d| tokio::time::Instant::now() + d);
                 match chunk {
-                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
+                    // A stream the client did not ask for is not sent.
+                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) if params.stdout => {
                         if ws.send(frame(1, &message)).await.is_err() { return; }
                         if cut { return; }
                     }
-                    Some(Ok(LogOutput::StdErr { message })) => {
+                    Some(Ok(LogOutput::StdErr { message })) if params.stderr => {
                         if ws.send(frame(2, &message)).await.is_err() { return; }
                         if cut { return; }
                     }
+                    Some(Ok(LogOutput::StdOut { .. } | LogOutput::Console { .. } | LogOutput::StdErr { .. })) => {}
                     Some(Ok(LogOutput::StdIn { .. })) => {}
                     Some(Err(_)) | None => break,
                 }
@@ -264,17 +271,7 @@ pub async fn serve(
             }
         }
     }
-    let mut status = None;
-    for _ in 0..200 {
-        match kubelet.docker.inspect_exec(&exec_id).await {
-            Ok(s) if s.running != Some(true) => {
-                status = s.exit_code;
-                break;
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            Err(_) => break,
-        }
-    }
+    let status = exit_code_of(kubelet, &container, &exec_id).await;
     let body = match status {
         Some(0) => status_success(),
         Some(code) => status_failure(&params.command, code),
@@ -296,5 +293,61 @@ pub async fn serve(
     .await;
 }
 
+/// The exec's exit code once it has one, as a kubelet waits for it: for
+/// as long as the exec runs, whatever its streams did. `None` only when the
+/// container (and the exec with it) is gone.
+async fn exit_code_of(kubelet: &Kubelet, container: &str, exec_id: &str) -> Option<i64> {
+    // Events from a second back on, so an exit between a look and the
+    // wait is replayed rather than missed.
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().saturating_sub(1))
+        .unwrap_or(0);
+    let filters = std::collections::HashMap::from([
+        ("container".to_string(), vec![container.to_string()]),
+        (
+            "event".to_string(),
+            vec![
+                "exec_die".to_string(),
+                "die".to_string(),
+                "destroy".to_string(),
+            ],
+        ),
+    ]);
+    let mut events = kubelet
+        .docker
+        .events(Some(bollard::query_parameters::EventsOptions {
+            since: Some(since.to_string()),
+            filters: Some(filters),
+            ..Default::default()
+        }));
+    loop {
+        match kubelet.docker.inspect_exec(exec_id).await {
+            Ok(s) if s.running != Some(true) => return s.exit_code,
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+        match events.next().await {
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return None,
+        }
+    }
+}
+
 /// How long a closed exec waits for the client's close frame.
 const CLOSE_HANDSHAKE: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subprotocol_is_the_first_the_client_offers_that_the_server_speaks() {
+        let both = "v5.channel.k8s.io, v4.channel.k8s.io";
+        assert_eq!(negotiate(both, false), Ok(Protocol::V5));
+        assert_eq!(negotiate(both, true), Ok(Protocol::V4));
+        let v4_first = "v4.channel.k8s.io, v5.channel.k8s.io";
+        assert_eq!(negotiate(v4_first, false), Ok(Protocol::V4));
+        assert!(negotiate("channel.k8s.io", false).is_err());
+    }
+}

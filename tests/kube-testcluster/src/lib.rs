@@ -127,6 +127,13 @@ impl TestCluster {
             tenant_role: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             bodies: Mutex::new(Vec::new()),
+            namespaces: Mutex::new(
+                ["default", "kube-system", "kube-public"]
+                    .into_iter()
+                    .chain(options.namespace.as_deref())
+                    .map(str::to_string)
+                    .collect(),
+            ),
             protocols: Mutex::new(Vec::new()),
         });
         let server = tokio::spawn(server::serve(listener, acceptor, shared.clone()));
@@ -180,8 +187,20 @@ impl TestCluster {
             .unwrap_or_else(|e| e.into_inner()) = Some(role);
     }
 
-    /// A kubeconfig of the tenant whose context is in `namespace`.
+    /// Creates the namespace `name`, as an administrator would; until
+    /// then creating anything in it is `404 NotFound`, as on a real server.
+    pub fn create_namespace(&self, name: &str) {
+        self.shared
+            .namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string());
+    }
+
+    /// A kubeconfig of the tenant whose context is in `namespace`, which
+    /// exists from now on (the administrator made it for the tenant).
     pub fn tenant_kubeconfig(&self, namespace: &str) -> Result<PathBuf, Error> {
+        self.create_namespace(namespace);
         tls::write_kubeconfig(
             self.dir.path(),
             &format!("kubeconfig-tenant-{namespace}"),

@@ -63,6 +63,8 @@ pub struct Shared {
     pub(crate) tenant_role: Mutex<Option<crate::rbac::Role>>,
     pub(crate) requests: Mutex<Vec<Recorded>>,
     pub(crate) bodies: Mutex<Vec<RecordedBody>>,
+    /// The namespaces that exist: creating anything elsewhere is 404.
+    pub(crate) namespaces: Mutex<std::collections::BTreeSet<String>>,
     pub(crate) protocols: Mutex<Vec<Protocol>>,
 }
 

@@ -74,6 +74,16 @@ impl ApiError {
         }));
         e
     }
+    /// 404 for a namespace that does not exist, as a create in it gets.
+    pub fn namespace_not_found(ns: &str) -> Self {
+        let mut e = Self::new(404, "NotFound", format!("namespaces \"{ns}\" not found"));
+        e.details = Some(json!({"name": ns, "kind": "namespaces"}));
+        e
+    }
+    /// 500.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
     /// 400.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -219,6 +219,53 @@ async fn kubectl_drives_the_cluster_end_to_end() {
     .await;
     assert_eq!(cat.stdout, "hello through kubectl\n", "{}", cat.stderr);
 
+    // Refused before any upgrade, as a real server refuses: a container
+    // the pod does not have.
+    let wrong = kubectl(&cluster, &["exec", &pod, "-c", "nope", "--", "true"], None).await;
+    assert_ne!(wrong.code, 0);
+    assert!(
+        wrong.stderr.contains("container nope is not valid for pod"),
+        "{}",
+        wrong.stderr
+    );
+    // An exec whose streams close long before it ends still ends with its
+    // own code: the server waits for the exit, it does not invent one.
+    let closed = kubectl(
+        &cluster,
+        &[
+            "exec",
+            &pod,
+            "--",
+            "sh",
+            "-c",
+            "exec >&- 2>&-; sleep 3; exit 7",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(closed.code, 7, "{}{}", closed.stdout, closed.stderr);
+    // Creating in a namespace that does not exist is NotFound.
+    let nowhere = kubectl(
+        &cluster,
+        &[
+            "-n",
+            "no-such-ns",
+            "create",
+            "-f",
+            manifest.to_str().unwrap(),
+        ],
+        None,
+    )
+    .await;
+    assert_ne!(nowhere.code, 0);
+    assert!(
+        nowhere
+            .stderr
+            .contains("namespaces \"no-such-ns\" not found"),
+        "{}",
+        nowhere.stderr
+    );
+
     // Watch the pods while the Job is deleted in the foreground.
     let mut watch = Command::new(kubectl_bin())
         .env("KUBECONFIG", cluster.kubeconfig())
