@@ -193,8 +193,14 @@ pub async fn delete(
         .unwrap_or_default()
         .to_string();
     if kind == Kind::Pod {
-        kubelet.delete_pod(ns, name).await;
-        return Some(object);
+        // The API answers at once with the pod marked; the kubelet ends it
+        // within its grace period.
+        let (ns2, name2, kubelet) = (ns.to_string(), name.to_string(), kubelet.clone());
+        let marked = store.update(Kind::Pod, ns, name, |p| {
+            p["metadata"]["deletionTimestamp"] = json!(timestamp());
+        });
+        tokio::spawn(async move { kubelet.delete_pod(&ns2, &name2).await });
+        return marked.or(Some(object));
     }
     match propagation {
         Propagation::Orphan => {

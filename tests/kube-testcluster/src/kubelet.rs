@@ -601,7 +601,9 @@ impl Kubelet {
                 security_opt: (!security_opt.is_empty()).then_some(security_opt),
                 cap_drop: strings(&context["capabilities"]["drop"]),
                 cap_add: strings(&context["capabilities"]["add"]),
-                init: Some(true),
+                // As containerd runs it: the image's command is PID 1, with
+                // no init to forward (or reap) for it.
+                init: Some(false),
                 ..Default::default()
             }),
             ..Default::default()
@@ -629,15 +631,36 @@ impl Kubelet {
         }
     }
 
-    /// Deletes a pod as the API server and kubelet do together: mark it,
-    /// kill its container, then remove the object.
+    /// Deletes a pod as the API server and kubelet do together: mark it
+    /// (Terminating, with its grace period), send its container SIGTERM and
+    /// SIGKILL once `terminationGracePeriodSeconds` (default 30) has passed,
+    /// then remove the object. A container whose PID 1 ignores SIGTERM (a
+    /// shell without a trap) holds the pod for the whole grace, as on a
+    /// real node.
     pub async fn delete_pod(&self, ns: &str, name: &str) {
+        let grace = self
+            .store
+            .get(Kind::Pod, ns, name)
+            .and_then(|p| p["spec"]["terminationGracePeriodSeconds"].as_u64())
+            .unwrap_or(30);
         self.store.update(Kind::Pod, ns, name, |p| {
             p["metadata"]["deletionTimestamp"] = json!(timestamp());
-            p["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         });
         let id = self
             .containers()
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned();
+        if let Some(id) = &id {
+            let stop = bollard::query_parameters::StopContainerOptions {
+                signal: Some("SIGTERM".into()),
+                t: Some(i32::try_from(grace).unwrap_or(i32::MAX)),
+            };
+            if let Err(err) = self.docker.stop_container(id, Some(stop)).await {
+                tracing::debug!(%err, "test kubelet: stopping a container");
+            }
+        }
+        self.containers()
             .remove(&(ns.to_string(), name.to_string()));
         if let Some(id) = id {
             self.remove_container(&id).await;

@@ -340,3 +340,38 @@ async fn watches_expire_and_old_versions_are_gone() {
     assert_eq!(cluster.faults().watch_endings().1, 1);
     cluster.shutdown().await;
 }
+
+/// Deleting a pod honours its grace period: the API answers at once with
+/// the pod Terminating, and a PID 1 that ignores SIGTERM (a shell with no
+/// trap) keeps it there until the grace ends in SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pod_is_terminating_for_its_grace_period() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let client = client(&cluster).await;
+    let jobs: Api<Job> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let mut graceful = job("graceful", &image());
+    if let Some(spec) = graceful
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+    {
+        spec.termination_grace_period_seconds = Some(2);
+    }
+    jobs.create(&PostParams::default(), &graceful)
+        .await
+        .unwrap();
+    let pod = pod_of(&pods, "graceful").await;
+    ready(&pods, &pod).await;
+    let uid = pods.get(&pod).await.unwrap().metadata.uid.unwrap();
+    pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+    let terminating = pods.get(&pod).await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(2));
+    let gone = await_condition(pods.clone(), &pod, conditions::is_deleted(&uid));
+    tokio::time::timeout(Duration::from_secs(60), gone)
+        .await
+        .expect("the pod outlived its grace period")
+        .unwrap();
+    cluster.shutdown().await;
+}

@@ -75,6 +75,9 @@ spec:
         app: kubectl-proof
     spec:
       restartPolicy: Never
+      # Its shell ignores SIGTERM as PID 1: without this, deleting it
+      # waits out the default 30 s grace, as on a real cluster.
+      terminationGracePeriodSeconds: 1
       containers:
       - name: main
         image: {image}
