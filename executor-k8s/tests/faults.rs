@@ -619,3 +619,138 @@ async fn watches_the_server_ends_are_listed_again_and_watched_on() {
     assert!(expired >= 1, "no watch expired: the re-list path never ran");
     assert_nothing_left(&backend, &fx.runner).await;
 }
+
+/// The scheduling inputs the executor sets are the scheduler's to honour:
+/// a node selector the node does not match, or a taint the pod does not
+/// tolerate, leaves the pod Pending until the pod timeout (`unschedulable`);
+/// the toleration lets it run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_selectors_and_taints_decide_where_the_pod_may_run() {
+    let start = |options: K8sOptions| async move {
+        K8s::start(
+            ClusterOptions::default(),
+            K8sOptions {
+                pod_timeout: Duration::from_secs(3),
+                ..options
+            },
+        )
+        .await
+    };
+    let expect_unschedulable = |result: &executor_core::RunResult, why: &str| {
+        let failure = result.failure.clone().unwrap();
+        assert_eq!(
+            failure.kind,
+            FailureKind::Unschedulable,
+            "{}",
+            failure.message
+        );
+        assert!(failure.message.contains(why), "{}", failure.message);
+    };
+
+    let backend = start(K8sOptions {
+        node_selector: vec![("pool".into(), "gpu".into())],
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("selector");
+    let spec = fx.spec(&backend, "selector").step(Step::new("s", "true"));
+    let (result, _) = run_to_end(&backend, &spec).await;
+    expect_unschedulable(&result, "didn't match Pod's node affinity/selector");
+    assert_nothing_left(&backend, &fx.runner).await;
+
+    let tainted = |options: K8sOptions| async move {
+        let backend = start(options).await;
+        backend
+            .cluster
+            .faults()
+            .taint_node("dedicated", "ci", "NoSchedule");
+        backend
+    };
+    let backend = tainted(common::options()).await;
+    let fx = Fixture::new("taint");
+    let spec = fx.spec(&backend, "taint").step(Step::new("s", "true"));
+    let (result, _) = run_to_end(&backend, &spec).await;
+    expect_unschedulable(&result, "untolerated taint {dedicated: ci}");
+    assert_nothing_left(&backend, &fx.runner).await;
+
+    let backend = tainted(K8sOptions {
+        tolerations: vec![serde_json::json!({
+            "key": "dedicated", "operator": "Equal", "value": "ci", "effect": "NoSchedule"
+        })],
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("tolerated");
+    let spec = fx
+        .spec(&backend, "tolerated")
+        .step(Step::new("s", "echo ran-on-the-tainted-node"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+/// `isolate` gives a run a node to itself: on a one-node cluster a second
+/// isolated run waits Pending (pod anti-affinity) until the first one's pod
+/// is gone, then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_isolated_runs_on_one_node_take_turns() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            isolate: true,
+            ..common::options()
+        },
+    )
+    .await;
+    let (first, second) = (Fixture::new("isolated-a"), Fixture::new("isolated-b"));
+    let first_spec = first.spec(&backend, "isolated-a").step(Step::new(
+        "hold",
+        // Holds the node until the second run is seen waiting for it.
+        "echo holding-the-node; while [ ! -e /work/release ]; do sleep 0.05; done",
+    ));
+    let second_spec = second
+        .spec(&backend, "isolated-b")
+        .step(Step::new("after", "echo second-ran"));
+    let (first_log, second_log) = (WatchedLog::default(), WatchedLog::default());
+    let second_run = async {
+        first_log.wait_for("holding-the-node").await;
+        let result = run_watched(
+            &backend,
+            &second_spec,
+            &second_log,
+            CancellationToken::new(),
+        )
+        .await;
+        (result, second_log.text())
+    };
+    let release = async {
+        second_log
+            .wait_for("didn't match pod anti-affinity rules")
+            .await;
+        // Let the first run end: its step waits for this file in its pod.
+        let pods = backend.cluster.all_pods();
+        let (ns, pod) = pods
+            .iter()
+            .find(|(_, p)| p.starts_with("knotless-isolated-a"))
+            .cloned()
+            .unwrap();
+        backend
+            .cluster
+            .exec_in_pod(&ns, &pod, &["touch", "/work/release"])
+            .await;
+    };
+    let (first_result, (second_result, second_text), ()) = tokio::join!(
+        run_watched(&backend, &first_spec, &first_log, CancellationToken::new()),
+        second_run,
+        release
+    );
+    assert_eq!(
+        first_result.status,
+        RunStatus::Success,
+        "{}",
+        first_log.text()
+    );
+    assert_eq!(second_result.status, RunStatus::Success, "{second_text}");
+    assert!(second_text.contains("second-ran"), "{second_text}");
+    assert_nothing_left(&backend, &first.runner).await;
+}

@@ -194,7 +194,8 @@ fn nodes(shared: &Shared, list: bool) -> Value {
     let (pods, _) = shared.store.list(Kind::Pod, None, &Selector::default());
     let node = json!({
         "kind": "Node", "apiVersion": "v1",
-        "metadata": {"name": crate::NODE, "labels": {"kubernetes.io/hostname": crate::NODE, "kubernetes.io/os": "linux"}, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "metadata": {"name": crate::NODE, "labels": crate::scheduler::node_labels(), "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"taints": shared.faults.taints().iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})).collect::<Vec<_>>()},
         "status": {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the test kubelet runs pods as containers"}],
             "nodeInfo": {"kubeletVersion": "v1.32.0-knotless-test", "containerRuntimeVersion": "docker://engine", "osImage": "test cluster", "kernelVersion": "", "architecture": "amd64", "operatingSystem": "linux"},

@@ -50,6 +50,7 @@ struct State {
     compacted_at: u64,
     watches_expired: u64,
     watches_gone: u64,
+    taints: Vec<crate::scheduler::Taint>,
 }
 
 /// The faults in force; every setter applies to what happens next.
@@ -142,6 +143,20 @@ impl Faults {
     }
     pub(crate) fn note_watch_gone(&self) {
         self.lock().watches_gone += 1;
+    }
+
+    /// Taints the node: pods that do not tolerate `key=value:effect` stay
+    /// Pending (for `NoSchedule` and `NoExecute`).
+    pub fn taint_node(&self, key: &str, value: &str, effect: &str) {
+        self.lock().taints.push(crate::scheduler::Taint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        });
+    }
+
+    pub(crate) fn taints(&self) -> Vec<crate::scheduler::Taint> {
+        self.lock().taints.clone()
     }
 
     pub(crate) fn lags_status(&self) -> bool {

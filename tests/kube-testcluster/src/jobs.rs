@@ -44,7 +44,38 @@ fn random_suffix() -> String {
         .collect()
 }
 
-/// Creates the Job's pod and starts the Job's clocks.
+fn job_name_of(job: &Value) -> String {
+    job["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// An event about the Job from the job-controller, as `kubectl describe
+/// job` shows it.
+fn job_event(store: &Store, job: &Value, kind: &str, reason: &str, message: &str) {
+    let ns = job["metadata"]["namespace"].as_str().unwrap_or("default");
+    let name = job_name_of(job);
+    let event = json!({
+        "metadata": {"name": format!("{name}.{:016x}", crate::tls::random_u64())},
+        "involvedObject": {
+            "kind": "Job", "namespace": ns, "name": name, "apiVersion": "batch/v1",
+            "uid": job["metadata"]["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "source": {"component": "job-controller"},
+        "firstTimestamp": timestamp(),
+        "lastTimestamp": timestamp(),
+        "count": 1,
+        "reportingComponent": "job-controller",
+    });
+    let _ = store.create(Kind::Event, ns, event);
+}
+
+/// Creates the Job's pod (from a task of its own, after the Job's create
+/// is answered) and starts the Job's clocks.
 pub fn job_created(store: &Arc<Store>, kubelet: &Arc<Kubelet>, job: &Value) {
     let ns = job["metadata"]["namespace"]
         .as_str()
@@ -81,12 +112,29 @@ pub fn job_created(store: &Arc<Store>, kubelet: &Arc<Kubelet>, job: &Value) {
         "spec": template["spec"].clone(),
         "status": {"phase": "Pending", "qosClass": "BestEffort"},
     });
-    if store.create(Kind::Pod, &ns, pod).is_ok() {
-        store.update(Kind::Job, &ns, &job_name, |j| {
-            j["status"] = json!({"active": 1, "startTime": timestamp(), "ready": 0, "terminating": 0, "uncountedTerminatedPods": {}});
-        });
-        kubelet.spawn_pod(ns.clone(), pod_name.clone());
-    }
+    // As the real controller: after the Job is answered, from its own
+    // loop, with the Job's status and an event of its own.
+    let (store2, kubelet2, ns2, job2) = (store.clone(), kubelet.clone(), ns.clone(), job.clone());
+    tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        if store2.get(Kind::Job, &ns2, &job_name_of(&job2)).is_none() {
+            return;
+        }
+        if store2.create(Kind::Pod, &ns2, pod).is_ok() {
+            let name = job_name_of(&job2);
+            store2.update(Kind::Job, &ns2, &name, |j| {
+                j["status"] = json!({"active": 1, "startTime": timestamp(), "ready": 0, "terminating": 0, "uncountedTerminatedPods": {}});
+            });
+            job_event(
+                &store2,
+                &job2,
+                "Normal",
+                "SuccessfulCreate",
+                &format!("Created pod: {pod_name}"),
+            );
+            kubelet2.spawn_pod(ns2, pod_name);
+        }
+    });
     if let Some(deadline) = job["spec"]["activeDeadlineSeconds"].as_u64() {
         let (store, kubelet, ns, job_name) =
             (store.clone(), kubelet.clone(), ns.clone(), job_name.clone());

@@ -31,6 +31,8 @@ pub struct Kubelet {
     containers: Mutex<HashMap<(String, String), String>>,
     tasks: tokio_util::task::TaskTracker,
     closing: tokio_util::sync::CancellationToken,
+    /// Held while the scheduler places one pod.
+    scheduling: std::sync::Mutex<()>,
 }
 
 fn condition(kind: &str, status: bool, reason: Option<&str>, message: Option<&str>) -> Value {
@@ -86,6 +88,7 @@ impl Kubelet {
             containers: Mutex::new(HashMap::new()),
             tasks: tokio_util::task::TaskTracker::new(),
             closing: tokio_util::sync::CancellationToken::new(),
+            scheduling: std::sync::Mutex::new(()),
         }
     }
 
@@ -131,6 +134,68 @@ impl Kubelet {
         self.store
             .get(Kind::Pod, ns, name)
             .is_none_or(|p| p["metadata"].get("deletionTimestamp").is_some())
+    }
+
+    /// Holds the pod Pending (Unschedulable, with the scheduler's words
+    /// and a FailedScheduling event) while it does not fit the node, and
+    /// looks again whenever a pod changes, as the scheduler does. `false`
+    /// when the pod was deleted or the cluster closes first.
+    async fn wait_until_it_fits(&self, ns: &str, name: &str) -> bool {
+        let mut said = String::new();
+        loop {
+            // Subscribed before the look: a change right after it is seen.
+            let (_, mut changes) = self.store.subscribe(u64::MAX);
+            let Some(pod) = self.store.get(Kind::Pod, ns, name) else {
+                return false;
+            };
+            if self.deleting(ns, name) {
+                return false;
+            }
+            // One decision at a time, so two pods cannot both take the
+            // node an anti-affinity gives to one.
+            let placed = {
+                let _one = self.scheduling.lock().unwrap_or_else(|p| p.into_inner());
+                match crate::scheduler::fits(&self.store, &pod, &self.faults.taints()) {
+                    Ok(()) => {
+                        self.store
+                            .update(Kind::Pod, ns, name, |p| p["spec"]["nodeName"] = json!(NODE));
+                        None
+                    }
+                    Err(why) => Some(why),
+                }
+            };
+            let Some(why) = placed else { return true };
+            if why != said {
+                self.set_status(ns, name, |s| {
+                    s["phase"] = json!("Pending");
+                    s["conditions"] = json!([condition(
+                        "PodScheduled",
+                        false,
+                        Some("Unschedulable"),
+                        Some(&why)
+                    )]);
+                });
+                self.event(
+                    &pod,
+                    "Warning",
+                    "FailedScheduling",
+                    &why,
+                    "default-scheduler",
+                );
+                said = why;
+            }
+            loop {
+                tokio::select! {
+                    change = changes.recv() => match change {
+                        Ok(c) if c.kind == Kind::Pod => break,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(_) => return false,
+                    },
+                    _ = self.closing.cancelled() => return false,
+                }
+            }
+        }
     }
 
     /// Starts the pod's life in the background.
@@ -186,6 +251,9 @@ impl Kubelet {
             if self.deleting(ns, name) {
                 return Ok(());
             }
+        }
+        if !self.wait_until_it_fits(ns, name).await {
+            return Ok(());
         }
         let spec = pod["spec"].clone();
         self.set_status(ns, name, |s| {

@@ -24,6 +24,7 @@ pub mod faults;
 mod jobs;
 mod kubelet;
 pub mod rbac;
+pub mod scheduler;
 mod selectors;
 mod server;
 pub mod status;
@@ -335,6 +336,31 @@ impl TestCluster {
             .iter()
             .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
             .collect()
+    }
+
+    /// Runs `argv` in the running pod's container, as an operator's
+    /// `kubectl exec` would, and waits for it to end.
+    pub async fn exec_in_pod(&self, ns: &str, pod: &str, argv: &[&str]) {
+        use futures_util::StreamExt;
+        let Some(container) = self.shared.kubelet.container_of(ns, pod) else {
+            panic!("pod {ns}/{pod} has no running container");
+        };
+        let docker = &self.shared.kubelet.docker;
+        let options = bollard::exec::CreateExecOptions {
+            cmd: Some(argv.iter().map(|a| a.to_string()).collect()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let exec = docker
+            .create_exec(&container, options)
+            .await
+            .unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
+        if let Ok(bollard::exec::StartExecResults::Attached { mut output, .. }) =
+            docker.start_exec(&exec.id, None).await
+        {
+            while output.next().await.is_some() {}
+        }
     }
 
     /// Makes something happen to a running pod (OOM kill, eviction, deletion).

@@ -35,10 +35,37 @@ fn job(name: &str, image: &str) -> Job {
     .unwrap()
 }
 
+/// The Job's pod, once the controller has made it: as on a real cluster
+/// it comes after the Job, so it is waited for on a watch.
 async fn pod_of(pods: &Api<Pod>, job: &str) -> String {
-    let lp = ListParams::default().labels(&format!("job-name={job}"));
-    let list = pods.list(&lp).await.unwrap();
-    list.items[0].metadata.name.clone().unwrap()
+    use futures_util::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let selector = format!("job-name={job}");
+    let made = async {
+        loop {
+            let list = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .unwrap();
+            if let Some(pod) = list.items.first() {
+                return pod.metadata.name.clone().unwrap();
+            }
+            let rv = list.metadata.resource_version.unwrap_or_default();
+            let mut events = pods
+                .watch(&WatchParams::default().labels(&selector), &rv)
+                .await
+                .unwrap()
+                .boxed();
+            while let Some(event) = events.next().await {
+                if let Ok(WatchEvent::Added(pod)) = event {
+                    return pod.metadata.name.unwrap();
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), made)
+        .await
+        .expect("the Job's pod was never made")
 }
 
 async fn ready(pods: &Api<Pod>, name: &str) {
@@ -362,6 +389,20 @@ async fn a_deleted_pod_is_terminating_for_its_grace_period() {
         .await
         .unwrap();
     let pod = pod_of(&pods, "graceful").await;
+    // The controller says what it did, on the Job.
+    let events: Api<Event> = Api::default_namespaced(client.clone());
+    let said = events
+        .list(&ListParams::default().fields("involvedObject.name=graceful"))
+        .await
+        .unwrap();
+    assert!(
+        said.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("SuccessfulCreate")
+                && e.message.as_deref() == Some(&format!("Created pod: {pod}"))),
+        "{:?}",
+        said.items
+    );
     ready(&pods, &pod).await;
     let uid = pods.get(&pod).await.unwrap().metadata.uid.unwrap();
     pods.delete(&pod, &DeleteParams::default()).await.unwrap();
