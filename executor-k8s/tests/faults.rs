@@ -244,6 +244,11 @@ async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+/// A step silent for longer than a front's idle timeout keeps its exec:
+/// the executor's pings hold the connection. The step stays silent until
+/// the server has seen its exec pinged past the idle timeout (three pings
+/// at a 1 s keepalive against a 2 s timeout), then is let go: the proof is
+/// the pings and no idle cut, not how long anything took.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_silent_step_survives_an_idle_connection_timeout() {
     let backend = k8s().await;
@@ -252,13 +257,37 @@ async fn a_long_silent_step_survives_an_idle_connection_timeout() {
         .faults()
         .idle_websocket_timeout(Some(Duration::from_secs(2)));
     let fx = Fixture::new("silent");
-    // Silent for longer than the idle timeout; the executor's pings keep it alive.
-    let spec = fx
-        .spec(&backend, "silent")
-        .step(Step::new("quiet", "sleep 4; echo still-here"));
-    let (result, log) = run_to_end(&backend, &spec).await;
+    let spec = fx.spec(&backend, "silent").step(Step::new(
+        "quiet",
+        "echo going-quiet; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo still-here",
+    ));
+    let log = WatchedLog::default();
+    let release = async {
+        log.wait_for("going-quiet").await;
+        let mut pings = backend.cluster.faults().exec_pings();
+        let from = *pings.borrow_and_update();
+        let pinged = async {
+            while *pings.borrow_and_update() < from + 3 {
+                pings.changed().await.unwrap();
+            }
+        };
+        // A guard against a hang, not a timing assertion.
+        tokio::time::timeout(executor_conformance::fixture::PATIENCE, pinged)
+            .await
+            .expect("the silent exec was never pinged three times");
+        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
+        backend
+            .cluster
+            .exec_in_pod(&ns, &pod, &["touch", "/tmp/go"])
+            .await;
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        release
+    );
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     assert!(log.text().contains("still-here"));
+    assert_eq!(backend.cluster.faults().idle_cuts(), 0);
     assert_nothing_left(&backend, &fx.runner).await;
 }
 

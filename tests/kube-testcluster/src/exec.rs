@@ -240,7 +240,10 @@ pub async fn serve(
                         }
                         _ => {}
                     },
-                    Some(Ok(Message::Ping(p))) => { let _ = ws.send(Message::Pong(p)).await; }
+                    Some(Ok(Message::Ping(p))) => {
+                        faults.note_exec_ping();
+                        let _ = ws.send(Message::Pong(p)).await;
+                    }
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
                         // The client went away: the exec's result has nowhere to go.
                         return;
@@ -267,6 +270,7 @@ pub async fn serve(
             }
             _ = idle_wait => {
                 // An idle connection dropped, as a load balancer would: no close frame.
+                faults.note_idle_cut();
                 return;
             }
         }

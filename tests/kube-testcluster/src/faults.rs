@@ -50,6 +50,7 @@ struct State {
     compacted_at: u64,
     watches_expired: u64,
     watches_gone: u64,
+    idle_cuts: u64,
     taints: Vec<crate::scheduler::Taint>,
 }
 
@@ -61,6 +62,8 @@ pub struct Faults {
     /// count to move past what it saw before the kill, so a watch that
     /// starts before the kubelet waits is never missed.
     pod_watches: tokio::sync::watch::Sender<u64>,
+    /// WebSocket pings received on execs so far.
+    exec_pings: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Faults {
@@ -68,6 +71,7 @@ impl Default for Faults {
         Self {
             state: Mutex::default(),
             pod_watches: tokio::sync::watch::Sender::new(0),
+            exec_pings: tokio::sync::watch::Sender::new(0),
         }
     }
 }
@@ -157,6 +161,24 @@ impl Faults {
 
     pub(crate) fn taints(&self) -> Vec<crate::scheduler::Taint> {
         self.lock().taints.clone()
+    }
+
+    /// The pings execs have received so far; `changed()` resolves at the
+    /// next one.
+    pub fn exec_pings(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.exec_pings.subscribe()
+    }
+
+    /// How many exec connections were dropped for idleness.
+    pub fn idle_cuts(&self) -> u64 {
+        self.lock().idle_cuts
+    }
+
+    pub(crate) fn note_exec_ping(&self) {
+        self.exec_pings.send_modify(|n| *n += 1);
+    }
+    pub(crate) fn note_idle_cut(&self) {
+        self.lock().idle_cuts += 1;
     }
 
     pub(crate) fn lags_status(&self) -> bool {
