@@ -451,6 +451,10 @@ async fn delete(
         None if route.kind == Kind::Job => Propagation::Orphan,
         None => Propagation::Background,
     };
+    // A grace the request names wins over the pod's own.
+    let grace = options["gracePeriodSeconds"]
+        .as_u64()
+        .or_else(|| query_get(query, "gracePeriodSeconds").and_then(|g| g.parse().ok()));
     match jobs::delete(
         &shared.store,
         &shared.kubelet,
@@ -458,6 +462,7 @@ async fn delete(
         ns,
         name,
         propagation,
+        grace,
     )
     .await
     {

@@ -234,6 +234,7 @@ pub async fn delete(
     ns: &str,
     name: &str,
     propagation: Propagation,
+    grace: Option<u64>,
 ) -> Option<Value> {
     let object = store.get(kind, ns, name)?;
     let uid = object["metadata"]["uid"]
@@ -245,9 +246,11 @@ pub async fn delete(
         // within its grace period.
         let (ns2, name2, kubelet) = (ns.to_string(), name.to_string(), kubelet.clone());
         let marked = store.update(Kind::Pod, ns, name, |p| {
+            let own = p["spec"]["terminationGracePeriodSeconds"].as_u64();
             p["metadata"]["deletionTimestamp"] = json!(timestamp());
+            p["metadata"]["deletionGracePeriodSeconds"] = json!(grace.or(own).unwrap_or(30));
         });
-        tokio::spawn(async move { kubelet.delete_pod(&ns2, &name2).await });
+        tokio::spawn(async move { kubelet.delete_pod_within(&ns2, &name2, grace).await });
         return marked.or(Some(object));
     }
     match propagation {

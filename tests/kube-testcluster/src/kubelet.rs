@@ -706,10 +706,18 @@ impl Kubelet {
     /// shell without a trap) holds the pod for the whole grace, as on a
     /// real node.
     pub async fn delete_pod(&self, ns: &str, name: &str) {
-        let grace = self
-            .store
-            .get(Kind::Pod, ns, name)
-            .and_then(|p| p["spec"]["terminationGracePeriodSeconds"].as_u64())
+        self.delete_pod_within(ns, name, None).await;
+    }
+
+    /// As [`Kubelet::delete_pod`], with the grace a delete request named
+    /// (`gracePeriodSeconds`), which wins over the pod's own.
+    pub async fn delete_pod_within(&self, ns: &str, name: &str, grace: Option<u64>) {
+        let grace = grace
+            .or_else(|| {
+                self.store
+                    .get(Kind::Pod, ns, name)
+                    .and_then(|p| p["spec"]["terminationGracePeriodSeconds"].as_u64())
+            })
             .unwrap_or(30);
         self.store.update(Kind::Pod, ns, name, |p| {
             p["metadata"]["deletionTimestamp"] = json!(timestamp());

@@ -414,5 +414,23 @@ async fn a_deleted_pod_is_terminating_for_its_grace_period() {
         .await
         .expect("the pod outlived its grace period")
         .unwrap();
+
+    // A grace the delete names wins over the pod's own.
+    jobs.create(&PostParams::default(), &{
+        let mut j = graceful.clone();
+        j.metadata.name = Some("hurried".into());
+        j.metadata.resource_version = None;
+        j
+    })
+    .await
+    .unwrap();
+    let pod = pod_of(&pods, "hurried").await;
+    ready(&pods, &pod).await;
+    let answered = pods
+        .delete(&pod, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let marked = answered.left().expect("the pod, marked");
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(0));
     cluster.shutdown().await;
 }
