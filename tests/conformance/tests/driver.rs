@@ -90,6 +90,19 @@ impl Executor for Fake {
     }
 }
 
+impl Fake {
+    /// The mock alone: every call answered at once.
+    fn new(mock: MockExecutor) -> Self {
+        Fake {
+            mock,
+            hang_in_command: false,
+            hang_in_outputs: false,
+            start_until_interrupted: false,
+            entered: Arc::new(Notify::new()),
+        }
+    }
+}
+
 fn handle() -> RunHandle {
     RunHandle::in_container("fake-1")
 }
@@ -126,11 +139,8 @@ async fn drive(
     cancel: CancellationToken,
 ) -> RunResult {
     let fake = Fake {
-        mock,
         hang_in_command: hang,
-        hang_in_outputs: false,
-        start_until_interrupted: false,
-        entered: Arc::new(Notify::new()),
+        ..Fake::new(mock)
     };
     let result = run(&fake, spec, &RunLog::discard(), cancel).await;
     assert_valid_result(&result);
@@ -365,11 +375,8 @@ async fn cancel_mid_step() {
         Ok(CommandOutcome::Interrupted)
     });
     let fake = Fake {
-        mock,
         hang_in_command: true,
-        hang_in_outputs: false,
-        start_until_interrupted: false,
-        entered: Arc::new(Notify::new()),
+        ..Fake::new(mock)
     };
     let cancel = CancellationToken::new();
     let spec = spec(out.path(), &["a", "b"]);
@@ -486,11 +493,8 @@ async fn outputs_that_never_finish_end_at_the_outputs_timeout_and_still_stop() {
     mock.expect_outputs().times(0);
     mock.expect_stop().times(1).returning(|_| Ok(()));
     let fake = Fake {
-        mock,
-        hang_in_command: false,
         hang_in_outputs: true,
-        start_until_interrupted: false,
-        entered: Arc::new(Notify::new()),
+        ..Fake::new(mock)
     };
     let mut spec = spec(out.path(), &["a"]);
     spec.outputs_timeout = Duration::from_millis(100);
@@ -602,11 +606,8 @@ async fn cancelled_before_start_finishes_still_stops_what_started() {
         .times(1)
         .returning(|_| Ok(()));
     let fake = Fake {
-        mock,
-        hang_in_command: false,
-        hang_in_outputs: false,
         start_until_interrupted: true,
-        entered: Arc::new(Notify::new()),
+        ..Fake::new(mock)
     };
     let cancel = CancellationToken::new();
     let entered = fake.entered.clone();
@@ -662,13 +663,7 @@ fn retrying(n: u32) -> DriverOptions {
 }
 
 async fn drive_with(mock: MockExecutor, spec: &RunSpec, options: &DriverOptions) -> RunResult {
-    let fake = Fake {
-        mock,
-        hang_in_command: false,
-        hang_in_outputs: false,
-        start_until_interrupted: false,
-        entered: Arc::new(Notify::new()),
-    };
+    let fake = Fake::new(mock);
     let result = run_with(
         &fake,
         spec,
@@ -888,13 +883,7 @@ async fn cancelled_while_waiting_to_retry_is_cancelled_with_no_new_attempt() {
             "connection refused",
         ))
     });
-    let fake = Fake {
-        mock,
-        hang_in_command: false,
-        hang_in_outputs: false,
-        start_until_interrupted: false,
-        entered: Arc::new(Notify::new()),
-    };
+    let fake = Fake::new(mock);
     let options = DriverOptions {
         retry: executor_core::RetryPolicy::retries(3),
         ..DriverOptions::default()

@@ -54,24 +54,16 @@ fn job_name_of(job: &Value) -> String {
 /// An event about the Job from the job-controller, as `kubectl describe
 /// job` shows it.
 fn job_event(store: &Store, job: &Value, kind: &str, reason: &str, message: &str) {
-    let ns = job["metadata"]["namespace"].as_str().unwrap_or("default");
-    let name = job_name_of(job);
-    let event = json!({
-        "metadata": {"name": format!("{name}.{:016x}", crate::tls::random_u64())},
-        "involvedObject": {
-            "kind": "Job", "namespace": ns, "name": name, "apiVersion": "batch/v1",
-            "uid": job["metadata"]["uid"],
-        },
-        "reason": reason,
-        "message": message,
-        "type": kind,
-        "source": {"component": "job-controller"},
-        "firstTimestamp": timestamp(),
-        "lastTimestamp": timestamp(),
-        "count": 1,
-        "reportingComponent": "job-controller",
-    });
-    let _ = store.create(Kind::Event, ns, event);
+    crate::kubelet::record_event(
+        store,
+        job,
+        "Job",
+        "batch/v1",
+        kind,
+        reason,
+        message,
+        "job-controller",
+    );
 }
 
 /// Creates the Job's pod (from a task of its own, after the Job's create

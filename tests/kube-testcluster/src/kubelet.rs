@@ -105,24 +105,16 @@ impl Kubelet {
 
     /// Records an event about a pod.
     pub fn event(&self, pod: &Value, kind: &str, reason: &str, message: &str, component: &str) {
-        let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        let event = json!({
-            "metadata": {"name": format!("{name}.{:016x}", crate::tls::random_u64())},
-            "involvedObject": {
-                "kind": "Pod", "namespace": ns, "name": name, "apiVersion": "v1",
-                "uid": pod["metadata"]["uid"],
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": component, "host": NODE},
-            "firstTimestamp": timestamp(),
-            "lastTimestamp": timestamp(),
-            "count": 1,
-            "reportingComponent": component,
-        });
-        let _ = self.store.create(Kind::Event, ns, event);
+        record_event(
+            &self.store,
+            pod,
+            "Pod",
+            "v1",
+            kind,
+            reason,
+            message,
+            component,
+        );
     }
 
     fn set_status(&self, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> Option<Value> {
@@ -166,22 +158,7 @@ impl Kubelet {
             };
             let Some(why) = placed else { return true };
             if why != said {
-                self.set_status(ns, name, |s| {
-                    s["phase"] = json!("Pending");
-                    s["conditions"] = json!([condition(
-                        "PodScheduled",
-                        false,
-                        Some("Unschedulable"),
-                        Some(&why)
-                    )]);
-                });
-                self.event(
-                    &pod,
-                    "Warning",
-                    "FailedScheduling",
-                    &why,
-                    "default-scheduler",
-                );
+                self.unschedulable(&pod, &why);
                 said = why;
             }
             loop {
@@ -196,6 +173,23 @@ impl Kubelet {
                 }
             }
         }
+    }
+
+    /// The pod stays Pending, not scheduled, for the scheduler's `why`,
+    /// with the FailedScheduling event a real scheduler writes.
+    fn unschedulable(&self, pod: &Value, why: &str) {
+        let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        self.set_status(ns, name, |s| {
+            s["phase"] = json!("Pending");
+            s["conditions"] = json!([condition(
+                "PodScheduled",
+                false,
+                Some("Unschedulable"),
+                Some(why)
+            )]);
+        });
+        self.event(pod, "Warning", "FailedScheduling", why, "default-scheduler");
     }
 
     /// Starts the pod's life in the background.
@@ -215,22 +209,7 @@ impl Kubelet {
         let (pending, unschedulable, pull_fault) = self.faults.scheduling();
         if unschedulable || pending.is_some() {
             let message = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.";
-            self.set_status(ns, name, |s| {
-                s["phase"] = json!("Pending");
-                s["conditions"] = json!([condition(
-                    "PodScheduled",
-                    false,
-                    Some("Unschedulable"),
-                    Some(message)
-                )]);
-            });
-            self.event(
-                &pod,
-                "Warning",
-                "FailedScheduling",
-                message,
-                "default-scheduler",
-            );
+            self.unschedulable(&pod, message);
             if unschedulable {
                 return Ok(());
             }
@@ -846,4 +825,39 @@ fn empty_dir_mounts(spec: &Value, container: &Value) -> Vec<String> {
         .filter(|m| m["name"].as_str().is_some_and(|n| empty_dirs.contains(&n)))
         .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
         .collect()
+}
+
+/// Records an event about `object` (of `kind`/`api_version`), as the
+/// component that acted writes it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_event(
+    store: &Store,
+    object: &Value,
+    object_kind: &str,
+    api_version: &str,
+    kind: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+) {
+    let ns = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let event = json!({
+        "metadata": {"name": format!("{name}.{:016x}", crate::tls::random_u64())},
+        "involvedObject": {
+            "kind": object_kind, "namespace": ns, "name": name, "apiVersion": api_version,
+            "uid": object["metadata"]["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "source": {"component": component, "host": NODE},
+        "firstTimestamp": timestamp(),
+        "lastTimestamp": timestamp(),
+        "count": 1,
+        "reportingComponent": component,
+    });
+    let _ = store.create(Kind::Event, ns, event);
 }
