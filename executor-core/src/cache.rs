@@ -36,13 +36,13 @@ impl CacheSpec {
     pub fn parse(text: &str) -> Result<Self, ExecutorError> {
         let (key, path) = text.split_once('=').ok_or_else(|| {
             ExecutorError::InvalidInput(format!(
-                "--cache {text:?} is not KEY=PATH (e.g. cargo=/root/.cargo)"
+                "cache {text:?} is not KEY=PATH (e.g. cargo=/root/.cargo)"
             ))
         })?;
         validate_key(key)?;
         if path.is_empty() {
             return Err(ExecutorError::InvalidInput(format!(
-                "--cache {text:?} has an empty path"
+                "cache {text:?} has an empty path"
             )));
         }
         Ok(CacheSpec {

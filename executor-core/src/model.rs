@@ -193,7 +193,7 @@ impl RunSpec {
     pub fn validate(&self) -> Result<(), ExecutorError> {
         let bad = |msg: String| Err(ExecutorError::InvalidInput(msg));
         if self.name.trim().is_empty() {
-            return bad("run name is empty: pass --name".into());
+            return bad("run name is empty: set RunSpec::name".into());
         }
         if self.name.chars().any(char::is_control) {
             return bad(format!(
@@ -202,7 +202,9 @@ impl RunSpec {
             ));
         }
         if self.runner.trim().is_empty() {
-            return bad("runner id is empty: pass --runner, a DID such as did:plc:runner".into());
+            return bad(
+                "runner id is empty: set RunSpec::runner to a DID such as did:plc:runner".into(),
+            );
         }
         if !self.runner.starts_with("did:") {
             return bad(format!(
@@ -291,12 +293,12 @@ impl RunSpec {
     ///
     /// ```
     /// let spec = executor_core::RunSpec::new("r", "did:plc:r", "/no/such/folder", "out");
-    /// assert!(spec.check_folders().unwrap_err().to_string().contains("--workdir /no/such/folder"));
+    /// assert!(spec.check_folders().unwrap_err().to_string().contains("RunSpec::checkout /no/such/folder"));
     /// ```
     pub fn check_folders(&self) -> Result<(), ExecutorError> {
-        check_dir(&self.checkout, "--workdir")?;
+        check_dir(&self.checkout, "RunSpec::checkout")?;
         if let Some(steps) = &self.steps_dir {
-            check_dir(steps, "--steps-dir")?;
+            check_dir(steps, "RunSpec::steps_dir")?;
         }
         check_outputs(&self.outputs)
     }
@@ -309,20 +311,20 @@ fn check_outputs(path: &std::path::Path) -> Result<(), ExecutorError> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(ExecutorError::InvalidInput(format!(
-            "--outputs {shown}: {e}"
+            "RunSpec::outputs {shown}: {e}"
         ))),
         Ok(m) if m.is_dir() => match std::fs::read_dir(path).map(|mut e| e.next().is_none()) {
             Ok(true) => Ok(()),
             Ok(false) => Err(ExecutorError::InvalidInput(format!(
-                "--outputs {shown} is not empty: its files would be taken for this run's outputs; \
+                "RunSpec::outputs {shown} is not empty: its files would be taken for this run's outputs; \
                  empty it or name a new folder"
             ))),
             Err(e) => Err(ExecutorError::InvalidInput(format!(
-                "--outputs {shown}: {e}"
+                "RunSpec::outputs {shown}: {e}"
             ))),
         },
         Ok(_) => Err(ExecutorError::InvalidInput(format!(
-            "--outputs {shown} is not a folder"
+            "RunSpec::outputs {shown} is not a folder"
         ))),
     }
 }

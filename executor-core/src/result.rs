@@ -249,6 +249,20 @@ impl RunResult {
         if masker.is_empty() {
             return;
         }
+        self.edit_texts(|text| masker.mask_string(text));
+    }
+
+    /// Calls `edit` on every text of the result a person reads: names,
+    /// errors, failure messages, notes, paths, in every attempt. How
+    /// [`RunResult::mask`] reaches them all, and how a front end words
+    /// the result its own way.
+    ///
+    /// ```
+    /// # let mut result: executor_core::RunResult = serde_json::from_str(r#"{"name":"r","runner":"did:plc:r","executor":"shell","status":"error","error":"RunSpec::checkout /x: missing","startedAt":"2026-01-01T00:00:00Z","finishedAt":"2026-01-01T00:00:00Z","steps":[],"outputs":[]}"#).unwrap();
+    /// result.edit_texts(|t| *t = t.replace("RunSpec::checkout", "--workdir"));
+    /// assert_eq!(result.error.as_deref(), Some("--workdir /x: missing"));
+    /// ```
+    pub fn edit_texts(&mut self, mut edit: impl FnMut(&mut String)) {
         let texts = [&mut self.name, &mut self.runner, &mut self.executor]
             .into_iter()
             .chain(self.error.as_mut())
@@ -272,7 +286,7 @@ impl RunResult {
                     .flat_map(|c| [&mut c.key, &mut c.path].into_iter().chain(c.note.as_mut())),
             );
         for text in texts {
-            masker.mask_string(text);
+            edit(text);
         }
     }
 

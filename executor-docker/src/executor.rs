@@ -160,8 +160,8 @@ impl DockerExecutor {
                     Err(ExecutorError::image(
                         format!("starting a run from {image}"),
                         format!(
-                            "image {image} is not on the engine and --pull never forbids pulling it; \
-                             load it first (docker pull, docker load or docker import) or use --pull missing"
+                            "image {image} is not on the engine and DockerOptions::pull PullPolicy::Never forbids pulling it; \
+                             load it first (docker pull, docker load or docker import) or use PullPolicy::Missing"
                         ),
                         false,
                     ))
@@ -216,7 +216,7 @@ impl DockerExecutor {
                 "chown -R {} /work /steps /outputs",
                 executor_core::script::quote(user)
             );
-            self.exec_as_root(id, &chown, "giving /work to --user")
+            self.exec_as_root(id, &chown, "giving /work to DockerOptions::user")
                 .await?;
         }
         Ok(())
@@ -398,7 +398,7 @@ impl Executor for DockerExecutor {
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
         let image = run.image.as_deref().ok_or_else(|| {
-            ExecutorError::InvalidInput("the docker executor needs --image".into())
+            ExecutorError::InvalidInput("the docker executor needs RunSpec::image".into())
         })?;
         run.check_folders()?;
         self.ensure_image(image, log).await?;
@@ -538,8 +538,12 @@ impl Executor for DockerExecutor {
             .await?;
         if let Some(user) = &self.options.user {
             let chown = format!("chown -R {} {q}", executor_core::script::quote(user));
-            self.exec_as_root(&run.id, &chown, "giving a cache folder to --user")
-                .await?;
+            self.exec_as_root(
+                &run.id,
+                &chown,
+                "giving a cache folder to DockerOptions::user",
+            )
+            .await?;
         }
         Ok(())
     }

@@ -50,7 +50,10 @@ async fn missing_image_with_pull_never_is_a_clear_fast_error() {
         error.contains("knotless-no-such-image:nope is not on the engine"),
         "{error}"
     );
-    assert!(error.contains("--pull never"), "{error}");
+    assert!(
+        error.contains("DockerOptions::pull PullPolicy::Never"),
+        "{error}"
+    );
     let failure = result.failure.unwrap();
     assert_eq!(failure.kind, FailureKind::Image);
     assert!(!failure.retryable, "a missing image stays missing");

@@ -163,7 +163,10 @@ impl KubeCluster {
         let config = match &source.kubeconfig {
             Some(path) => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    ExecutorError::InvalidInput(format!("--kubeconfig {}: {e}", path.display()))
+                    ExecutorError::InvalidInput(format!(
+                        "KubeconfigSource::kubeconfig {}: {e}",
+                        path.display()
+                    ))
                 })?;
                 Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await

@@ -116,12 +116,9 @@ pub async fn build(
             };
             match connected {
                 Ok(e) => Ok(Box::new(e)),
-                Err(executor_core::ExecutorError::InvalidInput(msg)) => {
-                    Err(BuildError::Input(anyhow::anyhow!(msg.replace(
-                        "KubeconfigSource::insecure_skip_tls_verify",
-                        "--insecure-skip-tls-verify"
-                    ))))
-                }
+                Err(executor_core::ExecutorError::InvalidInput(msg)) => Err(BuildError::Input(
+                    anyhow::anyhow!(crate::flags::as_flags(&msg).into_owned()),
+                )),
                 Err(e) => Err(BuildError::Infrastructure(e)),
             }
         }

@@ -16,7 +16,7 @@ const EXIT_CANCELLED: i32 = 130;
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let text = $crate::secrets::masked(&format!($($arg)*));
+        let text = $crate::secrets::masked(&$crate::flags::as_flags(&format!($($arg)*)));
         let _ = writeln!(std::io::stderr(), "{text}");
     }};
 }
@@ -30,6 +30,7 @@ macro_rules! print_out {
 
 mod args;
 mod backends;
+mod flags;
 mod run;
 mod secrets;
 

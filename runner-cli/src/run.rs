@@ -117,7 +117,9 @@ pub async fn run(args: RunArgs) -> i32 {
         return 0;
     }
     // The result first: it is the record, and a log whose reader stopped
-    // reading must not hold it back.
+    // reading must not hold it back. It names the flags its reader set.
+    let mut result = result;
+    result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
     let written = result.write_to(&args.result);
     if !log.flush(LOG_PATIENCE).await {
         say!(
@@ -237,6 +239,7 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: F
         attempts: Vec::new(),
     };
     result.mask(&crate::secrets::masker());
+    result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
     if let Err(err) = result.write_to(&args.result) {
         say!("runner-cli: {err}");
     }

@@ -152,7 +152,7 @@ pub(super) async fn save_caches(
                 Err(err) => format!("not saved: {err}"),
             },
             Ok(Err(ExecutorError::Unpack(UnpackError::TooLarge { limit }))) => {
-                format!("not saved: larger than the cache limit of {limit} bytes (--cache-max)")
+                format!("not saved: larger than the cache limit of {limit} bytes (CacheStore::max_bytes)")
             }
             Ok(Err(err)) => format!("not saved: {err}"),
             Err(_) => "not saved: ran out of run time".to_string(),
