@@ -52,12 +52,7 @@ impl DockerExecutor {
     /// Every container of `runner`, live or not, then every volume of its
     /// (as `volume/NAME`), by label: the probe for leftovers.
     pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
-        let mut found: Vec<String> = self
-            .runner_containers(runner)
-            .await?
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let mut found = self.containers(runner).await?;
         found.extend(
             self.runner_volumes(runner)
                 .await?
@@ -65,6 +60,16 @@ impl DockerExecutor {
                 .map(|name| format!("volume/{name}")),
         );
         Ok(found)
+    }
+
+    /// The ids of every container of `runner`, live or not.
+    pub async fn containers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        Ok(self
+            .runner_containers(runner)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
     }
 
     async fn runner_volumes(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {

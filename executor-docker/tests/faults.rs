@@ -26,15 +26,6 @@ async fn engine() -> BollardEngine {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The containers among the leftovers `DockerExecutor::leftovers` lists
-/// (its volumes are `volume/NAME`).
-fn containers_of(left: &[String]) -> Vec<&str> {
-    left.iter()
-        .map(String::as_str)
-        .filter(|l| !l.starts_with("volume/"))
-        .collect()
-}
-
 #[tokio::test]
 async fn missing_image_with_pull_never_is_a_clear_fast_error() {
     let backend = docker_with(common::options()).await;
@@ -97,10 +88,9 @@ async fn container_removed_from_outside_mid_step_is_an_error_not_a_hang() {
     let log = WatchedLog::default();
     let killer = async {
         log.wait_for("kill-me-now").await;
-        let left = backend.0.leftovers(&fx.runner).await.unwrap();
-        let ids = containers_of(&left);
+        let ids = backend.0.containers(&fx.runner).await.unwrap();
         assert_eq!(ids.len(), 1);
-        engine().await.remove(ids[0]).await.unwrap();
+        engine().await.remove(&ids[0]).await.unwrap();
     };
     let (result, ()) = tokio::join!(
         run_watched(&backend, &spec, &log, CancellationToken::new()),
@@ -209,7 +199,10 @@ async fn a_killed_runners_container_is_removed_by_the_next_cleanup_and_no_other(
     assert!(next.leftovers(&fx.runner).await.is_empty());
     // The bystander's container, and the volumes it still uses.
     let theirs = next.leftovers(&other.runner).await;
-    assert_eq!(containers_of(&theirs), [other_handle.id.as_str()]);
+    assert_eq!(
+        next.0.containers(&other.runner).await.unwrap(),
+        vec![other_handle.id.clone()]
+    );
     assert!(theirs.len() > 1, "its volumes are listed too: {theirs:?}");
     bystander.0.stop(&other_handle).await.unwrap();
 }

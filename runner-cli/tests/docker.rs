@@ -19,6 +19,45 @@ fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_runner-cli"))
 }
 
+/// `run` on the test image with no pulling and no network, checkout and
+/// result in `dir`, the run log on stdout for the test to follow.
+fn run_logging_to_stdout(
+    name: &str,
+    runner: &str,
+    dir: &Path,
+    steps: &Path,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "run",
+        "--executor",
+        "docker",
+        "--image",
+        &image(),
+        "--pull",
+        "never",
+        "--network",
+        "none",
+        "--name",
+        name,
+        "--runner",
+        runner,
+        "--log",
+        "-",
+    ]
+    .into_iter()
+    .map(Into::into)
+    .collect();
+    for (flag, value) in [
+        ("--workdir", dir.to_path_buf()),
+        ("--steps-file", steps.to_path_buf()),
+        ("--result", dir.join("result.json")),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
+    args
+}
+
 fn result(path: &Path) -> RunResult {
     let r: RunResult = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_valid_result(&r);
@@ -120,24 +159,7 @@ fn a_runner_killed_mid_run_leaves_a_container_the_next_cleanup_removes() {
     let steps = dir.path().join("steps.tsv");
     std::fs::write(&steps, "wait\techo runner-is-busy; exec sleep 600\n").unwrap();
     let mut child = cli()
-        .args([
-            "run",
-            "--executor",
-            "docker",
-            "--image",
-            &image(),
-            "--pull",
-            "never",
-            "--network",
-            "none",
-        ])
-        .args(["--name", "killed", "--runner", &runner, "--log", "-"])
-        .arg("--workdir")
-        .arg(dir.path())
-        .arg("--steps-file")
-        .arg(&steps)
-        .arg("--result")
-        .arg(dir.path().join("result.json"))
+        .args(run_logging_to_stdout("killed", &runner, dir.path(), &steps))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -333,15 +355,8 @@ async fn retry_recovers_from_a_container_removed_mid_step() {
     )
     .unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runner-cli"))
-        .args(["run", "--executor", "docker", "--image", &image()])
-        .args(["--pull", "never", "--network", "none", "--retry", "1"])
-        .args(["--name", "retry", "--runner", &runner, "--log", "-"])
-        .arg("--workdir")
-        .arg(dir.path())
-        .arg("--steps-file")
-        .arg(&steps)
-        .arg("--result")
-        .arg(dir.path().join("result.json"))
+        .args(run_logging_to_stdout("retry", &runner, dir.path(), &steps))
+        .args(["--retry", "1"])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -360,13 +375,7 @@ async fn retry_recovers_from_a_container_removed_mid_step() {
             continue;
         }
         waits += 1;
-        let ids: Vec<String> = probe
-            .leftovers(&runner)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|l| !l.starts_with("volume/"))
-            .collect();
+        let ids = probe.containers(&runner).await.unwrap();
         assert_eq!(ids.len(), 1, "{log}");
         if waits == 1 {
             engine.remove(&ids[0]).await.unwrap();

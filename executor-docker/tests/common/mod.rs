@@ -48,14 +48,7 @@ impl executor_conformance::Backend for Docker {
     }
     async fn lose_environment(&self, runner: &str) -> bool {
         use executor_docker::engine::Engine as _;
-        let ids: Vec<String> = self
-            .0
-            .leftovers(runner)
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|l| !l.starts_with("volume/"))
-            .collect();
+        let ids = self.0.containers(runner).await.unwrap_or_default();
         let engine = executor_docker::BollardEngine::connect()
             .await
             .unwrap_or_else(|e| panic!("{e}"));
