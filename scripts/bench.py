@@ -415,6 +415,24 @@ spec:
         ratio = m["masked"] / m["plain"]
         self.row(f"log streaming with ten secrets masked: one step printing {size >> 20} MiB", "docker", f"{m['masked']:.0f} MB/s", f"{m['plain']:.0f} MB/s (the same run without secrets)", f"{ratio:.2f}×", "≥ 0.8× throughput", ratio >= 0.8, "each secret in 11 forms (plain, 6 base64, 2 hex, URL)")
 
+    def events(self):
+        """Log streaming with `--events FILE` (every output chunk also a JSON
+        line) against the same run without, taken in turn (docker)."""
+        size = (1 << 20) if self.quick else (256 << 20)
+        empty = self.checkout("empty")
+        flood = self.steps("flood", [("flood", f"{YES} | head -c {size}")])
+        events = self.tmp / "events.jsonl"
+
+        def throughput(extra):
+            self.runner("docker", flood, empty, extra=extra)
+            step = json.loads((self.tmp / "result.json").read_text())["steps"][0]
+            return size / (step["durationMs"] / 1000) / 1e6
+
+        m = self.interleaved(plain=lambda: throughput(()), events=lambda: throughput(("--events", str(events))))
+        events.unlink(missing_ok=True)
+        ratio = m["events"] / m["plain"]
+        self.row(f"log streaming with --events: one step printing {size >> 20} MiB", "docker", f"{m['events']:.0f} MB/s", f"{m['plain']:.0f} MB/s (the same run without events)", f"{ratio:.2f}×", "≥ 0.8× throughput", ratio >= 0.8, "every chunk also a JSON line in the events file")
+
     def memory_row(self):
         small = self.checkout("mem100", big_bytes=(1 << 20) if self.quick else (100 << 20))
         one = self.steps("one", [("s0", "true")])
@@ -642,7 +660,7 @@ spec:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.transfer, self.logs, self.masking, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache]
+            parts = [self.per_step, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:
@@ -677,7 +695,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
-    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs masking memory_row header_bomb start_to_first_step concurrency cache)")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs masking events memory_row header_bomb start_to_first_step concurrency cache)")
     Bench(parser.parse_args()).run()
 
 

@@ -45,6 +45,10 @@ pub enum ExecutorError {
         /// Whether a fresh attempt could fix it (an image pull that failed
         /// for a transient reason is, a missing image is not).
         retryable: bool,
+        /// The client's own error, when there is one, for callers that
+        /// look into it (`std::error::Error::source`).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
 
     /// A command ended but its exit status never arrived. Never treated as success.
@@ -97,6 +101,36 @@ impl ExecutorError {
             message: message.to_string(),
             kind,
             retryable: kind.retryable(),
+            source: None,
+        }
+    }
+
+    /// Keeps `source`, the engine client's own error, under a
+    /// [`ExecutorError::Backend`] (other variants are returned as they are).
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// use executor_core::ExecutorError;
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    /// let err = ExecutorError::unreachable("listing pods", &io).with_source(io);
+    /// assert_eq!(err.source().map(|s| s.to_string()).as_deref(), Some("refused"));
+    /// ```
+    pub fn with_source(self, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        match self {
+            ExecutorError::Backend {
+                context,
+                message,
+                kind,
+                retryable,
+                source: _,
+            } => ExecutorError::Backend {
+                context,
+                message,
+                kind,
+                retryable,
+                source: Some(cause.into()),
+            },
+            other => other,
         }
     }
 
@@ -124,6 +158,7 @@ impl ExecutorError {
             message: message.to_string(),
             kind: FailureKind::Image,
             retryable: transient,
+            source: None,
         }
     }
 

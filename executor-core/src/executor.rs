@@ -143,8 +143,56 @@ pub trait Executor: Send + Sync {
     /// Short backend name written to the result, e.g. `shell`.
     fn kind(&self) -> &str;
 
+    /// Checks, before anything is created, that this backend can run
+    /// `run` at all: the one home of input checks. The driver calls it
+    /// first; a refusal is the run's `input` failure and nothing starts.
+    ///
+    /// The default is [`RunSpec::validate`]; a backend adds what it needs
+    /// (the container backends need `RunSpec::image`).
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`], naming the `RunSpec` field.
+    ///
+    /// ```
+    /// # struct Nothing;
+    /// # #[async_trait::async_trait]
+    /// # impl executor_core::Executor for Nothing {
+    /// #   fn kind(&self) -> &str { "nothing" }
+    /// #   async fn start(&self, _: &executor_core::RunSpec, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::RunHandle, executor_core::ExecutorError> { unimplemented!() }
+    /// #   async fn command(&self, _: &executor_core::RunHandle, _: &executor_core::StepCommand, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::CommandOutcome, executor_core::ExecutorError> { unimplemented!() }
+    /// #   async fn outputs(&self, _: &executor_core::RunHandle, _: &std::path::Path) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { unimplemented!() }
+    /// #   async fn copy_in(&self, _: &executor_core::RunHandle, _: &std::path::Path, _: &str) -> Result<(), executor_core::ExecutorError> { unimplemented!() }
+    /// #   async fn copy_out(&self, _: &executor_core::RunHandle, _: &str, _: &std::path::Path, _: executor_core::tar::UnpackLimits) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { unimplemented!() }
+    /// #   async fn stop(&self, _: &executor_core::RunHandle) -> Result<(), executor_core::ExecutorError> { unimplemented!() }
+    /// #   async fn cleanup(&self, _: &str, _: executor_core::CleanupScope) -> Result<executor_core::CleanupReport, executor_core::ExecutorError> { unimplemented!() }
+    /// # }
+    /// use executor_core::{Executor, RunSpec};
+    /// let bad = RunSpec::new("", "did:plc:r", ".", "out");
+    /// let err = Nothing.check(&bad).unwrap_err();
+    /// assert!(err.to_string().contains("RunSpec::name"), "{err}");
+    /// ```
+    fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
+        run.validate()
+    }
+
     /// Creates the environment and streams the checkout into `work_dir`
     /// and the shared steps into `steps_dir`.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] for a run this backend cannot take
+    /// (see [`Executor::check`]) or host folders it cannot read;
+    /// [`ExecutorError::Backend`] when the engine refuses or cannot be
+    /// reached, its [`kind`](ExecutorError::kind) saying which (`image`,
+    /// `unschedulable`, `unreachable`, ...); [`ExecutorError::Unpack`] for a
+    /// checkout the environment refused. Whatever was created before the
+    /// error is removed first: there is no handle to stop.
+    ///
+    /// # Cancellation
+    /// When `interrupt` fires, what was created so far is removed and
+    /// [`ExecutorError::Interrupted`] returned. A start that completes
+    /// while being interrupted may still return the handle; the driver
+    /// then stops it. Dropping the future instead leaves the environment to
+    /// [`Executor::cleanup`] (it carries the runner's labels and expiry).
     async fn start(
         &self,
         run: &RunSpec,
@@ -153,7 +201,25 @@ pub trait Executor: Send + Sync {
     ) -> Result<RunHandle, ExecutorError>;
 
     /// Runs one step as `sh -ec <script>` in the environment, writing its
-    /// stdout and stderr to `log` as they arrive.
+    /// stdout and stderr to `log` as they arrive (with
+    /// [`RunLog::output_from`], so events can tell the streams apart), and
+    /// with `step.env` as the step's whole environment of variables.
+    ///
+    /// A step that exits non-zero is `Ok(`[`CommandOutcome::Exited`]`)`, not
+    /// an error; one the kernel's OOM killer struck is
+    /// [`CommandOutcome::OutOfMemory`].
+    ///
+    /// # Errors
+    /// [`ExecutorError::LostExitStatus`] when the step's status never came
+    /// (never a success); [`ExecutorError::EnvironmentLost`] or a
+    /// `Backend` error of kind `environmentLost` / `evicted` when the
+    /// environment went away under the step; `Backend` for a call the
+    /// engine refused.
+    ///
+    /// # Cancellation
+    /// When `interrupt` fires, the step's whole process tree is killed and
+    /// `Ok(`[`CommandOutcome::Interrupted`]`)` returned. Dropping the future
+    /// kills nothing: the processes end with [`Executor::stop`].
     async fn command(
         &self,
         run: &RunHandle,
@@ -166,15 +232,39 @@ pub trait Executor: Send + Sync {
     /// through the untrusted unpacker. Entries it refuses are skipped and
     /// named in the summary; the error is for a stream refused as a whole
     /// or an environment that could not be read.
+    ///
+    /// # Errors
+    /// [`ExecutorError::Unpack`] for a stream refused as a whole (too
+    /// large, broken); `Backend` for an environment that could not be read.
+    ///
+    /// # Cancellation
+    /// Dropping the future stops the copy; what was unpacked stays in
+    /// `dest`. The driver bounds it with `RunSpec::outputs_timeout`.
     async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError>;
 
     /// Streams the host folder `src` into `path` inside the environment,
     /// creating it: how caches are restored. `path` is absolute, as
     /// [`CacheSpec::resolve`](crate::CacheSpec::resolve) gives it.
+    ///
+    /// # Errors
+    /// `Backend` when the environment refused the stream or could not be
+    /// reached; [`ExecutorError::Io`] when `src` could not be read.
+    ///
+    /// # Cancellation
+    /// Dropping the future stops the copy; the environment may hold part
+    /// of it. The driver bounds it with the run's timeout.
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError>;
 
     /// Streams `path` inside the environment into the host folder `dest`
     /// through the untrusted unpacker with `limits`: how caches are saved.
+    ///
+    /// # Errors
+    /// As [`Executor::outputs`]; `UnpackError::TooLarge` past
+    /// `limits.max_bytes`.
+    ///
+    /// # Cancellation
+    /// Dropping the future stops the copy; `dest` holds part of it, which
+    /// is why the cache store fills a fresh folder and swaps it in whole.
     async fn copy_out(
         &self,
         run: &RunHandle,
@@ -184,9 +274,28 @@ pub trait Executor: Send + Sync {
     ) -> Result<UnpackSummary, ExecutorError>;
 
     /// Tears the environment down, killing anything still running in it.
+    /// Called exactly once per started run; stopping a run that is already
+    /// gone is `Ok`.
+    ///
+    /// # Errors
+    /// `Backend` when the engine could not be told (unreachable, refused);
+    /// the environment is then left to [`Executor::cleanup`] at its expiry.
+    ///
+    /// # Cancellation
+    /// Dropping the future may leave the environment; the driver bounds
+    /// `stop` with `DriverOptions::grace` and records it if so.
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError>;
 
-    /// Removes environments that earlier runs of `runner` left behind.
+    /// Removes environments that earlier runs of `runner` left behind,
+    /// never one of a run this executor still has live.
+    ///
+    /// # Errors
+    /// `Backend` when the engine could not be listed or asked; what was
+    /// removed before the error stays removed.
+    ///
+    /// # Cancellation
+    /// Dropping the future stops between removals; running it again picks
+    /// up the rest.
     async fn cleanup(
         &self,
         runner: &str,

@@ -21,6 +21,7 @@
 pub mod cache;
 mod driver;
 mod error;
+pub mod events;
 mod executor;
 pub mod failure;
 pub mod labels;

@@ -14,6 +14,7 @@ use tokio::io::AsyncWrite;
 use tokio::sync::Semaphore;
 use tokio_util::sync::PollSemaphore;
 
+use crate::events::{Event, EventSink, OutputStream};
 use crate::mask::{MaskStream, Masker};
 
 /// How many bytes of step output may wait for a slow log destination
@@ -42,6 +43,11 @@ pub const LOG_BUDGET: usize = 1 << 20;
 /// goes through one [`MaskStream`], so a value split across chunks is
 /// still masked; see [`crate::mask`].
 ///
+/// The log is also where a run's [`Event`]s go: the text is one view of
+/// them, and every [`EventSink`] added with [`RunLog::add_sink`] gets
+/// them all, masked, on the same thread and in the same order as the
+/// text. [`RunLog::timestamps`] puts the time in front of every line.
+///
 /// Cloning is cheap: every clone writes to the same destination.
 ///
 /// ```
@@ -49,7 +55,7 @@ pub const LOG_BUDGET: usize = 1 << 20;
 /// # async fn main() {
 /// use executor_core::RunLog;
 /// let (log, captured) = RunLog::memory();
-/// log.step_started("build");
+/// log.line("step build: started");
 /// log.output(b"compiling\n").await;
 /// assert!(captured.text().contains("compiling"));
 /// # }
@@ -65,11 +71,19 @@ struct Inner {
     dest: Dest,
     at_line_start: bool,
     failed: bool,
-    mask: Option<MaskStream>,
+    /// One mask stream per output stream: a value a step writes to stdout
+    /// in two pieces is masked even when stderr output comes between them.
+    masks: Option<[MaskStream; 2]>,
     masked: Vec<u8>,
     guard: LineGuard,
     guarded: Vec<u8>,
+    sinks: Sinks,
+    /// The running step, for output events.
+    step: Option<String>,
+    stamps: Option<Stamper>,
 }
+
+type Sinks = Arc<[Arc<dyn EventSink>]>;
 
 enum Dest {
     Inline(Box<dyn Write + Send>),
@@ -82,6 +96,8 @@ enum Dest {
 enum Message {
     /// Bytes to write, and the budget permits they release once written.
     Write(Vec<u8>, u32),
+    /// An event for the sinks, and the budget permits it releases.
+    Event(Box<Event>, Sinks, u32),
     /// Answered once everything before it is written (or failed).
     Flushed(tokio::sync::oneshot::Sender<()>),
 }
@@ -167,11 +183,11 @@ impl RunLog {
         }
         let mut inner = self.lock();
         inner.release_held();
-        let combined = match &inner.mask {
-            Some(stream) => stream.masker().union(masker),
+        let combined = match &inner.masks {
+            Some([stream, _]) => stream.masker().union(masker),
             None => masker.clone(),
         };
-        inner.mask = Some(combined.stream());
+        inner.masks = Some([combined.stream(), combined.stream()]);
     }
 
     /// Writes step output as it came, but for masked secrets; a tail that
@@ -179,6 +195,12 @@ impl RunLog {
     /// Waits while 1 MiB of output is already on its way to a slow
     /// destination.
     pub async fn output(&self, bytes: &[u8]) {
+        self.output_from(OutputStream::Stdout, bytes).await;
+    }
+
+    /// [`RunLog::output`] from one of the step's streams: the text log
+    /// shows both alike, events say which.
+    pub async fn output_from(&self, stream: OutputStream, bytes: &[u8]) {
         for piece in bytes.chunks(LOG_BUDGET) {
             let permits = budget_permits(piece);
             if let Some(budget) = &self.budget {
@@ -187,64 +209,150 @@ impl RunLog {
                     taken.forget();
                 }
             }
-            self.write_output(piece, permits);
+            self.write_output(stream, piece, permits);
         }
     }
 
     /// An `AsyncWrite` into this log's step output, with the same
     /// back-pressure as [`RunLog::output`].
     pub fn writer(&self) -> LogOutput {
+        self.writer_for(OutputStream::Stdout)
+    }
+
+    /// [`RunLog::writer`] for one of the step's streams.
+    pub fn writer_for(&self, stream: OutputStream) -> LogOutput {
         LogOutput {
             log: self.clone(),
             budget: self.budget.clone().map(PollSemaphore::new),
+            stream,
         }
     }
 
-    fn write_output(&self, bytes: &[u8], permits: u32) {
+    /// From now on, gives every event to `sink` as well; see
+    /// [`crate::events`]. A sink must not write to this log.
+    pub fn add_sink(&self, sink: Arc<dyn EventSink>) {
+        let mut inner = self.lock();
+        let mut all: Vec<_> = inner.sinks.iter().cloned().collect();
+        all.push(sink);
+        inner.sinks = all.into();
+    }
+
+    /// From now on, starts every line of the text log with its time in
+    /// UTC (`2026-12-03T20:37:15.123Z `), as GitLab's and GitHub's logs do.
+    /// A line of step output gets the time its first byte arrived.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (log, captured) = executor_core::RunLog::memory();
+    /// log.timestamps();
+    /// log.output(b"one\ntwo\n").await;
+    /// let text = captured.text();
+    /// let lines: Vec<_> = text.lines().collect();
+    /// assert_eq!(lines.len(), 2);
+    /// assert!(lines.iter().all(|l| l.len() == 25 + 3 && l.as_bytes()[23] == b'Z'));
+    /// # }
+    /// ```
+    pub fn timestamps(&self) {
+        self.lock().stamps.get_or_insert_with(Stamper::default);
+    }
+
+    /// Tells every sink about `event`, and shows it in the text log as a
+    /// runner line when it has one. Texts in it are masked first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use executor_core::{events::Event, RunLog};
+    /// let (log, captured) = RunLog::memory();
+    /// log.emit(Event::message("pulling busybox"));
+    /// assert_eq!(captured.text(), "==> pulling busybox\n");
+    /// # }
+    /// ```
+    pub fn emit(&self, event: Event) {
+        let mut inner = self.lock();
+        inner.release_held();
+        let event = match &inner.masks {
+            Some([stream, _]) => event.masked(stream.masker()),
+            None => event,
+        };
+        match &event {
+            Event::StepStarted { step, .. } => inner.step = Some(step.clone()),
+            Event::StepFinished { .. } => inner.step = None,
+            _ => {}
+        }
+        if let Some(line) = event.line() {
+            let lead = if inner.at_line_start { "" } else { "\n" };
+            let text = format!("{lead}==> {line}\n").into_bytes();
+            inner.at_line_start = true;
+            inner.guard.line_starts();
+            let at = event.at();
+            let text = match inner.stamps.as_mut() {
+                Some(stamper) => stamper.stamp(&text, at),
+                None => text,
+            };
+            let Inner { dest, failed, .. } = &mut *inner;
+            dest.write(text, 0, failed);
+        }
+        inner.send_event(event, 0);
+    }
+
+    fn write_output(&self, stream: OutputStream, bytes: &[u8], permits: u32) {
         let mut inner = self.lock();
         let Inner {
             dest,
-            mask,
+            masks,
             masked,
             guard,
             guarded,
             at_line_start,
             failed,
+            sinks,
+            step,
+            stamps,
+            ..
         } = &mut *inner;
-        let unmasked = match mask.as_mut() {
-            Some(stream) => {
+        let unmasked = match masks.as_mut().map(|m| &mut m[stream as usize]) {
+            Some(mask) => {
                 masked.clear();
-                stream.push(bytes, masked);
+                mask.push(bytes, masked);
                 masked.as_slice()
             }
             None => bytes,
         };
+        let event = (!sinks.is_empty() && !unmasked.is_empty())
+            .then(|| Event::output(step.clone(), stream, unmasked));
         guarded.clear();
         guard.push(unmasked, guarded);
-        let holding = guard.is_holding() || mask.as_ref().is_some_and(MaskStream::is_holding);
+        let holding = guard.is_holding()
+            || masks
+                .as_ref()
+                .is_some_and(|m| m.iter().any(MaskStream::is_holding));
         if holding {
             *at_line_start = false;
         } else if !guarded.is_empty() {
             *at_line_start = guarded.ends_with(b"\n");
         }
-        dest.write(guarded.clone(), permits, failed);
+        let text = match stamps.as_mut() {
+            Some(stamper) => stamper.stamp(guarded, time::OffsetDateTime::now_utc()),
+            None => guarded.clone(),
+        };
+        match event {
+            // The event releases the budget: it is handled after the text,
+            // so a slow sink holds output back as a slow log does.
+            Some(event) => {
+                dest.write(text, 0, failed);
+                inner.send_event(event, permits);
+            }
+            None => dest.write(text, permits, failed),
+        }
     }
 
-    /// Writes one runner line (`==> message`), starting on a fresh line.
-    /// Never waits: runner lines are few.
+    /// Writes one runner line (`==> message`), starting on a fresh line,
+    /// and gives sinks an [`Event::Message`]. Never waits: runner lines
+    /// are few.
     pub fn line(&self, message: &str) {
-        let mut inner = self.lock();
-        inner.release_held();
-        let message = match &inner.mask {
-            Some(stream) => stream.masker().mask_str(message).into_owned(),
-            None => message.to_string(),
-        };
-        let lead = if inner.at_line_start { "" } else { "\n" };
-        let text = format!("{lead}==> {message}\n").into_bytes();
-        inner.at_line_start = true;
-        inner.guard.line_starts();
-        let Inner { dest, failed, .. } = &mut *inner;
-        dest.write(text, 0, failed);
+        self.emit(Event::message(message));
     }
 
     /// Writes out what the masker held back: the output it belonged to is
@@ -299,20 +407,6 @@ impl RunLog {
         }
     }
 
-    /// Marks the start of a step.
-    pub fn step_started(&self, name: &str) {
-        self.line(&format!("step {name}: started"));
-    }
-
-    /// Marks the end of a step with its status, exit code and duration.
-    pub fn step_finished(&self, name: &str, status: &str, exit_code: Option<i32>, took: Duration) {
-        let code = exit_code.map_or_else(|| "no exit code".to_string(), |c| format!("exit {c}"));
-        self.line(&format!(
-            "step {name}: {status} ({code}, {:.3}s)",
-            took.as_secs_f64()
-        ));
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A poisoned lock only means another writer panicked mid-write;
         // the log is still usable.
@@ -337,6 +431,12 @@ fn write_all_sent(
     let mut failed = false;
     for message in from_runner {
         match message {
+            Message::Event(event, sinks, permits) => {
+                tell(&sinks, &event);
+                if permits > 0 {
+                    budget.add_permits(permits as usize);
+                }
+            }
             Message::Write(bytes, permits) => {
                 if !failed {
                     if let Err(err) = out.write_all(&bytes).and_then(|()| out.flush()) {
@@ -357,33 +457,73 @@ fn write_all_sent(
     }
 }
 
+/// Gives `event` to every sink; a sink that panics loses that event, not
+/// the log (a dead writer thread would hold every step's output back).
+fn tell(sinks: &[Arc<dyn EventSink>], event: &Event) {
+    for sink in sinks {
+        let told = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.event(event)));
+        if told.is_err() {
+            tracing::warn!("an event sink panicked; it missed one event");
+        }
+    }
+}
+
 impl Inner {
     fn new(dest: Dest) -> Self {
         Inner {
             dest,
             at_line_start: true,
             failed: false,
-            mask: None,
+            masks: None,
             masked: Vec::new(),
             guard: LineGuard::default(),
             guarded: Vec::new(),
+            sinks: Arc::new([]),
+            step: None,
+            stamps: None,
+        }
+    }
+
+    /// Hands `event` to the sinks (through the writer thread when there is
+    /// one), and with it `permits` of the output budget.
+    fn send_event(&self, event: Event, permits: u32) {
+        match &self.dest {
+            // An inline log has no budget to give back.
+            Dest::Inline(_) => tell(&self.sinks, &event),
+            Dest::Thread { to_writer, .. } => {
+                let sinks = self.sinks.clone();
+                // The thread only ends when every sender is gone.
+                let _ = to_writer.send(Message::Event(Box::new(event), sinks, permits));
+            }
         }
     }
 
     /// Writes out what the masker and the line guard held back.
     fn release_held(&mut self) {
-        self.masked.clear();
-        if let Some(stream) = self.mask.as_mut() {
-            stream.flush(&mut self.masked);
-        }
         self.guarded.clear();
-        self.guard.push(&self.masked, &mut self.guarded);
+        for stream in [OutputStream::Stdout, OutputStream::Stderr] {
+            self.masked.clear();
+            if let Some(masks) = self.masks.as_mut() {
+                masks[stream as usize].flush(&mut self.masked);
+            }
+            if self.masked.is_empty() {
+                continue;
+            }
+            if !self.sinks.is_empty() {
+                let event = Event::output(self.step.clone(), stream, &self.masked);
+                self.send_event(event, 0);
+            }
+            self.guard.push(&self.masked, &mut self.guarded);
+        }
         self.guard.release(&mut self.guarded);
         if self.guarded.is_empty() {
             return;
         }
         self.at_line_start = self.guarded.ends_with(b"\n");
-        let bytes = self.guarded.clone();
+        let bytes = match self.stamps.as_mut() {
+            Some(stamper) => stamper.stamp(&self.guarded, time::OffsetDateTime::now_utc()),
+            None => self.guarded.clone(),
+        };
         self.dest.write(bytes, 0, &mut self.failed);
     }
 }
@@ -487,10 +627,50 @@ impl Dest {
     }
 }
 
+/// Puts the time in front of every line of the text log.
+#[derive(Debug)]
+struct Stamper {
+    at_line_start: bool,
+}
+
+impl Default for Stamper {
+    fn default() -> Self {
+        Stamper {
+            at_line_start: true,
+        }
+    }
+}
+
+impl Stamper {
+    /// `bytes` with `at` in front of every line that starts in them.
+    fn stamp(&mut self, bytes: &[u8], at: time::OffsetDateTime) -> Vec<u8> {
+        let stamp = format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z ",
+            at.year(),
+            u8::from(at.month()),
+            at.day(),
+            at.hour(),
+            at.minute(),
+            at.second(),
+            at.millisecond()
+        );
+        let mut out = Vec::with_capacity(bytes.len() + stamp.len());
+        for line in bytes.split_inclusive(|b| *b == b'\n') {
+            if self.at_line_start {
+                out.extend_from_slice(stamp.as_bytes());
+            }
+            out.extend_from_slice(line);
+            self.at_line_start = line.ends_with(b"\n");
+        }
+        out
+    }
+}
+
 /// An `AsyncWrite` into a run log's step output; see [`RunLog::writer`].
 pub struct LogOutput {
     log: RunLog,
     budget: Option<PollSemaphore>,
+    stream: OutputStream,
 }
 
 impl AsyncWrite for LogOutput {
@@ -506,7 +686,7 @@ impl AsyncWrite for LogOutput {
                 taken.forget();
             }
         }
-        self.log.write_output(piece, permits);
+        self.log.write_output(self.stream, piece, permits);
         Poll::Ready(Ok(piece.len()))
     }
 
@@ -571,10 +751,92 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_panicking_sink_loses_its_event_not_the_log() {
+        let text = MemoryLog::default();
+        let log = RunLog::new(text.clone());
+        let told = Arc::new(AtomicU64::new(0));
+        let counter = told.clone();
+        log.add_sink(Arc::new(move |event: &Event| {
+            if matches!(event, Event::Message { text, .. } if text == "boom") {
+                panic!("a sink's own bug");
+            }
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
+        log.line("boom");
+        log.output(b"after\n").await;
+        log.line("done");
+        assert!(log.flush(Duration::from_secs(5)).await);
+        assert_eq!(text.text(), "==> boom\nafter\n==> done\n");
+        assert_eq!(
+            told.load(Ordering::Relaxed),
+            2,
+            "the output and the last line"
+        );
+    }
+
+    #[tokio::test]
+    async fn output_events_carry_the_step_the_stream_and_masked_bytes() {
+        let (log, _) = RunLog::memory();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        log.add_sink(Arc::new(move |event: &Event| {
+            seen.lock().unwrap().push(event.clone());
+        }));
+        log.mask(&Masker::new([&crate::mask::Secret::new("hunter22")]));
+        log.emit(Event::StepStarted {
+            at: time::OffsetDateTime::now_utc(),
+            attempt: 1,
+            step: "build".into(),
+            index: 0,
+        });
+        log.output_from(OutputStream::Stdout, b"pw=hun").await;
+        log.output_from(OutputStream::Stderr, b"warn\n").await;
+        log.output_from(OutputStream::Stdout, b"ter22\n").await;
+        log.end_output();
+        let outputs: Vec<(Option<String>, OutputStream, String)> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Output {
+                    step, stream, text, ..
+                } => Some((step.clone(), *stream, text.clone())),
+                _ => None,
+            })
+            .collect();
+        let all: String = outputs.iter().map(|o| o.2.as_str()).collect();
+        assert!(
+            !all.contains("hunter22") && !all.contains("hun"),
+            "{outputs:?}"
+        );
+        assert!(
+            outputs.iter().all(|o| o.0.as_deref() == Some("build")),
+            "{outputs:?}"
+        );
+        let stdout: String = outputs
+            .iter()
+            .filter(|o| o.1 == OutputStream::Stdout)
+            .map(|o| o.2.as_str())
+            .collect();
+        assert_eq!(stdout, "pw=[MASKED]\n", "{outputs:?}");
+        assert!(outputs
+            .iter()
+            .any(|o| o.1 == OutputStream::Stderr && o.2 == "warn\n"));
+    }
+
+    #[tokio::test]
     async fn runner_lines_start_on_a_fresh_line() {
         let (log, mem) = RunLog::memory();
         log.output(b"no newline").await;
-        log.step_finished("a", "success", Some(0), Duration::from_millis(1500));
+        log.emit(Event::StepFinished {
+            at: time::OffsetDateTime::now_utc(),
+            attempt: 1,
+            step: "a".into(),
+            status: crate::StepStatus::Success,
+            exit_code: Some(0),
+            duration_ms: 1500,
+            failure: None,
+        });
         assert_eq!(
             mem.text(),
             "no newline\n==> step a: success (exit 0, 1.500s)\n"

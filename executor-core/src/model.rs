@@ -302,6 +302,26 @@ impl RunSpec {
         }
         check_outputs(&self.outputs)
     }
+
+    /// The image, for a backend that runs in containers (`executor` names
+    /// it in the error).
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] naming `RunSpec::image` when there is none.
+    ///
+    /// ```
+    /// let mut spec = executor_core::RunSpec::new("r", "did:plc:r", ".", "out");
+    /// assert!(spec.image_for("docker").unwrap_err().to_string().contains("RunSpec::image"));
+    /// spec.image = Some("busybox".into());
+    /// assert_eq!(spec.image_for("docker").unwrap(), "busybox");
+    /// ```
+    pub fn image_for(&self, executor: &str) -> Result<&str, ExecutorError> {
+        self.image.as_deref().ok_or_else(|| {
+            ExecutorError::InvalidInput(format!(
+                "the {executor} executor needs RunSpec::image, the image steps run in"
+            ))
+        })
+    }
 }
 
 /// The outputs folder must be new or empty: a run's outputs are exactly

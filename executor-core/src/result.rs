@@ -44,6 +44,21 @@ impl RunStatus {
             RunStatus::Cancelled => 130,
         }
     }
+
+    /// Lower-case name as in the JSON.
+    ///
+    /// ```
+    /// assert_eq!(executor_core::RunStatus::Timeout.as_str(), "timeout");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Success => "success",
+            RunStatus::Failed => "failed",
+            RunStatus::Timeout => "timeout",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Error => "error",
+        }
+    }
 }
 
 /// How one step ended.
@@ -129,7 +144,7 @@ impl StepResult {
 }
 
 impl Failure {
-    fn texts(&mut self) -> impl Iterator<Item = &mut String> {
+    pub(crate) fn texts(&mut self) -> impl Iterator<Item = &mut String> {
         std::iter::once(&mut self.message).chain(self.step.as_mut())
     }
 }

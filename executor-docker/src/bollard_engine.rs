@@ -18,7 +18,8 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
 use crate::engine::{
-    ContainerSpec, ContainerState, Engine, ExecSpec, ExecState, Listed, OutputStream,
+    ContainerSpec, ContainerState, Engine, ExecOutput, ExecSpec, ExecState, Listed, OutputStream,
+    StepStream,
 };
 
 /// Where the docker CLI looks when `DOCKER_HOST` is not set.
@@ -141,22 +142,25 @@ fn container_gone(err: &bollard::errors::Error) -> bool {
 
 fn fail(context: impl Into<String>) -> impl Fn(bollard::errors::Error) -> ExecutorError {
     let context = context.into();
-    move |err| match &err {
-        bollard::errors::Error::DockerResponseServerError {
-            message,
-            status_code,
-        } => {
-            let message = format!("{message} (HTTP {status_code})");
-            // The engine answered: its error stands, except for the
-            // answers a proxy or a busy engine gives that a later call may not.
-            if matches!(status_code, 429 | 502 | 503 | 504) {
-                ExecutorError::unreachable(context.clone(), message)
-            } else {
-                ExecutorError::backend(context.clone(), message)
+    move |err| {
+        let described = match &err {
+            bollard::errors::Error::DockerResponseServerError {
+                message,
+                status_code,
+            } => {
+                let message = format!("{message} (HTTP {status_code})");
+                // The engine answered: its error stands, except for the
+                // answers a proxy or a busy engine gives that a later call may not.
+                if matches!(status_code, 429 | 502 | 503 | 504) {
+                    ExecutorError::unreachable(context.clone(), message)
+                } else {
+                    ExecutorError::backend(context.clone(), message)
+                }
             }
-        }
-        // No answer at all: the connection was refused, reset or timed out.
-        other => ExecutorError::unreachable(context.clone(), other.to_string()),
+            // No answer at all: the connection was refused, reset or timed out.
+            other => ExecutorError::unreachable(context.clone(), other.to_string()),
+        };
+        described.with_source(err)
     }
 }
 
@@ -179,6 +183,7 @@ fn pull_failed(image: &str) -> impl Fn(bollard::errors::Error) -> ExecutorError 
             &message,
             executor_core::failure::transient_pull_error(&message),
         )
+        .with_source(err)
     }
 }
 
@@ -266,7 +271,7 @@ impl Engine for BollardEngine {
         Ok(created.id)
     }
 
-    async fn exec_start(&self, exec_id: &str) -> Result<OutputStream, ExecutorError> {
+    async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError> {
         let options = StartExecOptions {
             detach: false,
             tty: false,
@@ -280,10 +285,10 @@ impl Engine for BollardEngine {
         {
             StartExecResults::Attached { output, .. } => Ok(output
                 .map_ok(|chunk| match chunk {
+                    LogOutput::StdErr { message } => (StepStream::Stderr, message),
                     LogOutput::StdOut { message }
-                    | LogOutput::StdErr { message }
                     | LogOutput::Console { message }
-                    | LogOutput::StdIn { message } => message,
+                    | LogOutput::StdIn { message } => (StepStream::Stdout, message),
                 })
                 .map_err(fail("reading exec output"))
                 .boxed()),

@@ -10,7 +10,7 @@ use executor_core::ExecutorError;
 use futures_util::StreamExt;
 
 use crate::engine::{
-    ContainerSpec, ContainerState, Engine, ExecSpec, ExecState, Listed, OutputStream,
+    ContainerSpec, ContainerState, Engine, ExecOutput, ExecSpec, ExecState, Listed, OutputStream,
 };
 
 /// Prints every Docker Engine call, in order, as `METHOD /path` lines, with
@@ -76,7 +76,7 @@ impl Engine for DryRunEngine {
         ));
         Ok("dry-run-exec".to_string())
     }
-    async fn exec_start(&self, exec_id: &str) -> Result<OutputStream, ExecutorError> {
+    async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError> {
         self.say(format!(
             "POST /exec/{exec_id}/start (attached: stdout, stderr)"
         ));

@@ -94,8 +94,14 @@ pub struct Listed {
     pub labels: HashMap<String, String>,
 }
 
-/// Output of an attached exec: chunks of stdout and stderr as they arrive.
+/// A stream of bytes from the engine (an archive being downloaded).
 pub type OutputStream = BoxStream<'static, Result<Bytes, ExecutorError>>;
+
+/// Output of an attached exec: chunks of stdout and stderr as they arrive,
+/// each with the stream it came from.
+pub type ExecOutput = BoxStream<'static, Result<(StepStream, Bytes), ExecutorError>>;
+
+pub use executor_core::events::OutputStream as StepStream;
 
 /// The Docker Engine calls the executor makes; each maps to one API call.
 #[cfg_attr(test, mockall::automock)]
@@ -112,7 +118,7 @@ pub trait Engine: Send + Sync {
     /// `POST /containers/{id}/exec`; returns the exec id.
     async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError>;
     /// `POST /exec/{exec}/start`, attached: the exec's merged output.
-    async fn exec_start(&self, exec_id: &str) -> Result<OutputStream, ExecutorError>;
+    async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError>;
     /// `GET /exec/{exec}/json`.
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError>;
     /// `GET /containers/{id}/json`.

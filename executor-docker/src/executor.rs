@@ -245,7 +245,7 @@ impl DockerExecutor {
         let mut output = self.engine.exec_start(&exec_id).await?;
         let mut said = Vec::new();
         while let Some(chunk) = output.next().await {
-            let chunk = chunk?;
+            let (_, chunk) = chunk?;
             if said.len() < 4096 {
                 said.extend_from_slice(&chunk[..chunk.len().min(4096 - said.len())]);
             }
@@ -396,15 +396,19 @@ impl Executor for DockerExecutor {
         "docker"
     }
 
+    fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
+        run.validate()?;
+        run.image_for("docker").map(|_| ())
+    }
+
     async fn start(
         &self,
         run: &RunSpec,
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
-        let image = run.image.as_deref().ok_or_else(|| {
-            ExecutorError::InvalidInput("the docker executor needs RunSpec::image".into())
-        })?;
+        self.check(run)?;
+        let image = run.image_for("docker")?;
         run.check_folders()?;
         self.ensure_image(image, log).await?;
         let spec = self.container_spec(run, image);
@@ -462,7 +466,7 @@ impl Executor for DockerExecutor {
         let pump = async {
             while let Some(chunk) = output.next().await {
                 match chunk {
-                    Ok(bytes) => log.output(&bytes).await,
+                    Ok((stream, bytes)) => log.output_from(stream, &bytes).await,
                     Err(err) => {
                         stream_error = Some(err);
                         break;

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::DockerExecutor;
-use crate::engine::{ContainerState, ExecState, MockEngine};
+use crate::engine::{ContainerState, ExecState, MockEngine, StepStream};
 use crate::DockerOptions;
 
 fn step() -> StepCommand {
@@ -24,7 +24,11 @@ fn with_exec(mock: &mut MockEngine, state: ExecState) {
     mock.expect_exec_create()
         .returning(|_, _| Ok("exec-1".into()));
     mock.expect_exec_start().returning(|_| {
-        Ok(futures_util::stream::iter([Ok(bytes::Bytes::from_static(b"hi\n"))]).boxed())
+        Ok(futures_util::stream::iter([Ok((
+            StepStream::Stdout,
+            bytes::Bytes::from_static(b"hi\n"),
+        ))])
+        .boxed())
     });
     mock.expect_exec_inspect().returning(move |_| Ok(state));
 }
@@ -130,7 +134,10 @@ async fn step_with_oom_counter(code: i64, oom_kills: u64) -> Result<CommandOutco
         } else {
             String::new()
         };
-        Ok(futures_util::stream::iter([Ok(bytes::Bytes::from(said))]).boxed())
+        Ok(
+            futures_util::stream::iter([Ok((StepStream::Stdout, bytes::Bytes::from(said)))])
+                .boxed(),
+        )
     });
     mock.expect_exec_inspect().returning(move |id| {
         Ok(ExecState {

@@ -9,4 +9,4 @@ async fn docker() -> common::Docker {
     common::Docker(common::executor(common::options()).await)
 }
 
-conformance_tests!(docker);
+conformance_tests!(engine: docker);

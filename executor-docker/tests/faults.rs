@@ -26,6 +26,10 @@ async fn engine() -> BollardEngine {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn missing_image_with_pull_never_is_a_clear_fast_error() {
     let backend = docker_with(common::options()).await;
@@ -51,6 +55,10 @@ async fn missing_image_with_pull_never_is_a_clear_fast_error() {
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn a_pull_from_a_registry_that_does_not_answer_is_a_retryable_image_failure() {
     let backend = docker_with(DockerOptions {
@@ -77,6 +85,10 @@ async fn a_pull_from_a_registry_that_does_not_answer_is_a_retryable_image_failur
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn container_removed_from_outside_mid_step_is_an_error_not_a_hang() {
     let backend = docker_with(common::options()).await;
@@ -108,6 +120,10 @@ async fn container_removed_from_outside_mid_step_is_an_error_not_a_hang() {
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn oom_kill_is_reported_as_such() {
     let backend = docker_with(DockerOptions {
@@ -143,6 +159,10 @@ async fn oom_kill_is_reported_as_such() {
 
 /// A step whose child was OOM-killed and that exits with a code of its
 /// own is still an OOM failure: the container's counters say, not the code.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn an_oom_kill_passed_on_as_another_code_is_still_oom() {
     let backend = docker_with(DockerOptions {
@@ -163,6 +183,10 @@ async fn an_oom_kill_passed_on_as_another_code_is_still_oom() {
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn a_killed_runners_container_is_removed_by_the_next_cleanup_and_no_other() {
     let fx = Fixture::new("crashed");
@@ -207,6 +231,10 @@ async fn a_killed_runners_container_is_removed_by_the_next_cleanup_and_no_other(
     bystander.0.stop(&other_handle).await.unwrap();
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn expired_containers_are_removed_by_the_default_cleanup() {
     let fx = Fixture::new("expired");
@@ -247,6 +275,10 @@ async fn expired_containers_are_removed_by_the_default_cleanup() {
     assert!(executor.leftovers(&fx.runner).await.unwrap().is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn steps_run_unprivileged_as_the_chosen_user() {
     let backend = docker_with(DockerOptions {
@@ -269,6 +301,10 @@ async fn steps_run_unprivileged_as_the_chosen_user() {
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn a_background_process_does_not_hold_the_step() {
     let backend = docker_with(common::options()).await;
@@ -284,6 +320,10 @@ async fn a_background_process_does_not_hold_the_step() {
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn an_interrupted_step_leaves_no_process_behind() {
     let backend = docker_with(common::options()).await;

@@ -11,6 +11,10 @@ async fn docker(options: DockerOptions) -> Docker {
     Docker(common::executor(options).await)
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_cannot_hold_more_processes_than_the_pids_limit() {
     let backend = docker(DockerOptions {
@@ -33,6 +37,10 @@ async fn a_step_cannot_hold_more_processes_than_the_pids_limit() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_pids_limit_is_set() {
     let backend = docker(common::options()).await;
@@ -48,6 +56,10 @@ async fn the_default_pids_limit_is_set() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_capabilities_are_gone_and_added_ones_are_there() {
     let backend = docker(DockerOptions {
@@ -70,6 +82,10 @@ async fn dropped_capabilities_are_gone_and_added_ones_are_there() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_root_still_gets_its_checkout_tmp_and_outputs() {
     let backend = docker(DockerOptions {
@@ -101,6 +117,10 @@ async fn a_read_only_root_still_gets_its_checkout_tmp_and_outputs() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_pinned_by_digest_is_pulled_as_a_digest() {
     // No registry answers here, so the pull fails; it must fail as a pull

@@ -11,6 +11,10 @@ use common::Docker;
 /// applets: without them no step starts) is a volume of its own that
 /// starts as the image's copy, and the cache restored into it is there
 /// for the steps.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn an_absolute_cache_is_a_volume_that_keeps_the_image_content() {
     let backend = Docker(common::executor(common::options()).await);
@@ -42,6 +46,10 @@ async fn an_absolute_cache_is_a_volume_that_keeps_the_image_content() {
 /// way, an operator's `docker rm`) leaves the run's volumes: the probe
 /// finds them by the runner's label, and cleanup removes them once no
 /// container uses them.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn volumes_left_by_a_container_removed_without_them_are_found_and_cleaned_up() {
     use executor_core::{CleanupScope, Executor, RunLog};

@@ -37,6 +37,7 @@ pub struct ExecConnection {
 pub type PodEvents = Pin<Box<dyn Stream<Item = Result<WatchEvent<Pod>, ExecutorError>> + Send>>;
 
 /// The Kubernetes API calls the executor makes, all in one namespace.
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Cluster: Send + Sync {
     /// The namespace every call is in.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use executor_core::events::OutputStream;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
 use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
@@ -318,12 +319,18 @@ impl Executor for K8sExecutor {
         "k8s"
     }
 
+    fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
+        run.validate()?;
+        run.image_for("k8s").map(|_| ())
+    }
+
     async fn start(
         &self,
         run: &RunSpec,
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
+        self.check(run)?;
         run.check_folders()?;
         self.check_run_permissions().await?;
         if self.cluster.tls_unverified() {
@@ -477,8 +484,8 @@ impl Executor for K8sExecutor {
                 None => return Err(err),
             },
         };
-        let mut out = log.writer();
-        let mut err = log.writer();
+        let mut out = log.writer_for(OutputStream::Stdout);
+        let mut err = log.writer_for(OutputStream::Stderr);
         let ended = drive(
             conn,
             None,
@@ -633,3 +640,7 @@ impl Executor for K8sExecutor {
         Ok(CleanupReport { removed })
     }
 }
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;

@@ -42,10 +42,7 @@ pub fn objects(
     suffix: &str,
     now: u64,
 ) -> Result<RunObjects, String> {
-    let image = run
-        .image
-        .clone()
-        .ok_or("the k8s executor needs RunSpec::image")?;
+    let image = run.image_for("k8s").map_err(|e| e.to_string())?.to_string();
     let name = format!("knotless-{}-{suffix}", dns_name(&[&run.name], 40));
     // The Job outlives every phase the driver may still use it for.
     let deadline = run.lifetime().saturating_add(options.grace).as_secs();

@@ -61,12 +61,13 @@ fn retryable(err: &kube::Error) -> bool {
 
 /// The error a failed call becomes: `unreachable` when a later call may
 /// succeed (no answer, 429, 5xx), else the server's answer as it stands.
-fn failed(what: &str, err: &kube::Error) -> ExecutorError {
-    if retryable(err) {
-        ExecutorError::unreachable(what, describe(err))
+fn failed(what: &str, err: kube::Error) -> ExecutorError {
+    let described = if retryable(&err) {
+        ExecutorError::unreachable(what, describe(&err))
     } else {
-        ExecutorError::backend(what, describe(err))
-    }
+        ExecutorError::backend(what, describe(&err))
+    };
+    described.with_source(err)
 }
 
 fn describe(err: &kube::Error) -> String {
@@ -104,7 +105,7 @@ where
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }
-            Err(err) => return Err(failed(what, &err)),
+            Err(err) => return Err(failed(what, err)),
         }
     }
     Err(ExecutorError::unreachable(what, "gave up"))
@@ -114,7 +115,7 @@ async fn once<T>(
     what: &str,
     call: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, ExecutorError> {
-    call.await.map_err(|e| failed(what, &e))
+    call.await.map_err(|e| failed(what, e))
 }
 
 /// Where the kubeconfig's current user keeps its client certificate, for
@@ -209,7 +210,7 @@ impl KubeCluster {
         })?;
         client.apiserver_version().await.map_err(|e| {
             let what = "connecting to the cluster";
-            if retryable(&e) {
+            let described = if retryable(&e) {
                 ExecutorError::unreachable(
                     what,
                     format!(
@@ -225,7 +226,8 @@ impl KubeCluster {
                         describe(&e)
                     ),
                 )
-            }
+            };
+            described.with_source(e)
         })?;
         Ok(KubeCluster {
             client,
@@ -336,7 +338,7 @@ impl Cluster for KubeCluster {
         let api = self.api::<Pod>();
         let wp = WatchParams::default().labels(selector).timeout(290);
         let stream = retry("watching pods", || api.watch(&wp, resource_version)).await?;
-        Ok(stream.map_err(|e| failed("watching pods", &e)).boxed())
+        Ok(stream.map_err(|e| failed("watching pods", e)).boxed())
     }
 
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError> {

@@ -1,13 +1,17 @@
-//! Waiting on the run's pod: Ready (with progress while a node is rented,
-//! failing fast on what will not heal) and gone.
+//! Waiting on the run's pod: one list-then-watch wait, [`await_pods`], and
+//! the conditions the executor waits for with it: Ready (with progress
+//! while a node is rented, failing fast on what will not heal), gone, and
+//! a pod's fate.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use executor_core::{ExecutorError, FailureKind, RunLog};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::WatchEvent;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
@@ -187,12 +191,101 @@ fn end_kind(pod: &Pod) -> FailureKind {
     }
 }
 
+/// The pods a selector matches, as the list and the watch after it have
+/// shown them so far.
+#[derive(Debug, Default)]
+pub struct PodsNow {
+    pods: BTreeMap<String, Pod>,
+}
+
+impl PodsNow {
+    /// The pod called `name`, if it is there.
+    pub fn get(&self, name: &str) -> Option<&Pod> {
+        self.pods.get(name)
+    }
+
+    /// One of the pods (a run's Job has one), if any is there.
+    pub fn first(&self) -> Option<&Pod> {
+        self.pods.values().next()
+    }
+
+    /// Whether no pod matches.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// The names of the pods that match.
+    pub fn names(&self) -> Vec<String> {
+        self.pods.keys().cloned().collect()
+    }
+
+    fn put(&mut self, pod: Pod) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.pods.insert(name, pod);
+    }
+
+    fn remove(&mut self, pod: &Pod) {
+        if let Some(name) = &pod.metadata.name {
+            self.pods.remove(name);
+        }
+    }
+}
+
+/// Lists the pods of `selector`, then watches them, calling `condition`
+/// with the pods as they are after the list and after every change, until
+/// it returns `Some`.
+///
+/// A watch that ends or breaks (the server's own expiry, an ERROR such as
+/// 410 Gone for a compacted version) is followed by a fresh list and a new
+/// watch, so no change is missed. An error listing or starting a watch
+/// ends the wait with that error. There is no deadline: the caller bounds
+/// the wait (`tokio::time::timeout`) and decides what running out of time
+/// means, as with `kube_runtime::wait::await_condition`.
+pub async fn await_pods<T>(
+    cluster: &dyn Cluster,
+    selector: &str,
+    mut condition: impl FnMut(&PodsNow) -> Option<T>,
+) -> Result<T, ExecutorError> {
+    loop {
+        let (pods, rv) = cluster.list_pods(selector).await?;
+        let mut now = PodsNow::default();
+        for pod in pods {
+            now.put(pod);
+        }
+        if let Some(done) = condition(&now) {
+            return Ok(done);
+        }
+        let mut events = cluster.watch_pods(selector, &rv).await?;
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => now.put(pod),
+                WatchEvent::Deleted(pod) => now.remove(&pod),
+                WatchEvent::Bookmark(_) => continue,
+                // 410 Gone and the like: what came after is unknown.
+                WatchEvent::Error(_) => break,
+            }
+            if let Some(done) = condition(&now) {
+                return Ok(done);
+            }
+        }
+    }
+}
+
+/// Where a pod that is not ready yet stands, for the progress lines.
+#[derive(Default)]
+struct Progress {
+    pod: Option<String>,
+    summary: String,
+    unscheduled: bool,
+}
+
 /// Waits until the pod of `selector` is Ready and returns its name.
 ///
 /// A long Pending is normal while the cluster rents a node: its phase,
-/// reasons and events go to the log as they change, with the time waited.
-/// Reasons that will not heal end the wait at once; an Unschedulable pod
-/// fails only at `timeout`.
+/// reasons and events go to the log as they change, with the time waited,
+/// and a line every `progress_every` says it is still waiting. Reasons
+/// that will not heal end the wait at once; an Unschedulable pod fails
+/// only at `timeout`, as `unschedulable`.
 pub async fn ready(
     cluster: &dyn Cluster,
     selector: &str,
@@ -202,98 +295,100 @@ pub async fn ready(
     interrupt: &CancellationToken,
 ) -> Result<String, ExecutorError> {
     let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut last_summary = String::new();
-    let mut seen_events = HashSet::new();
-    let mut pod_name: Option<String> = None;
-    let unscheduled = std::sync::atomic::AtomicBool::new(false);
-    // An interval of zero would spin (and tokio refuses it).
-    let progress_every = progress_every.max(Duration::from_millis(100));
-    let mut progress =
-        tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
-    loop {
-        let (pods, rv) = cluster.list_pods(selector).await?;
-        let unscheduled = &unscheduled;
-        let check = |pod: &Pod,
-                     pod_name: &mut Option<String>,
-                     last: &mut String|
-         -> Option<Result<String, ExecutorError>> {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            *pod_name = Some(name.clone());
-            let state = pod_state(pod);
-            match state.clone() {
-                PodState::Ready => Some(Ok(name)),
-                PodState::Fatal(fate) => Some(Err(fate.into_error(format!("starting pod {name}")))),
-                PodState::Pending(summary) | PodState::Unscheduled(summary) => {
-                    unscheduled.store(
-                        matches!(state, PodState::Unscheduled(_)),
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    if summary != *last {
-                        log.line(&format!(
-                            "pod {name}: {summary} (waited {}s)",
-                            started.elapsed().as_secs()
-                        ));
-                        *last = summary;
-                    }
-                    None
-                }
-            }
+    // Shared by the condition and the reporter, never held across an await.
+    let progress = Mutex::new(Progress::default());
+    let changed = Notify::new();
+    let is_ready = |now: &PodsNow| {
+        changed.notify_one();
+        let mut progress = lock(&progress);
+        let Some(pod) = now.first() else {
+            return progress.pod.as_ref().map(|name| {
+                Err(ExecutorError::EnvironmentLost(format!(
+                    "pod {name} was deleted while starting"
+                )))
+            });
         };
-        if let Some(pod) = pods.first() {
-            if let Some(done) = check(pod, &mut pod_name, &mut last_summary) {
-                return done;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        progress.pod = Some(name.clone());
+        let (summary, unscheduled) = match pod_state(pod) {
+            PodState::Ready => return Some(Ok(name)),
+            PodState::Fatal(fate) => {
+                return Some(Err(fate.into_error(format!("starting pod {name}"))))
             }
+            PodState::Pending(summary) => (summary, false),
+            PodState::Unscheduled(summary) => (summary, true),
+        };
+        progress.unscheduled = unscheduled;
+        if summary != progress.summary {
+            log.line(&format!(
+                "pod {name}: {summary} (waited {}s)",
+                started.elapsed().as_secs()
+            ));
+            progress.summary = summary;
         }
-        let mut events = cluster.watch_pods(selector, &rv).await?;
+        None
+    };
+    // An interval of zero would spin (and tokio refuses it).
+    let every = progress_every.max(Duration::from_millis(100));
+    let report = async {
+        let mut seen_events = HashSet::new();
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
-            tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(WatchEvent::Added(pod))) | Some(Ok(WatchEvent::Modified(pod))) => {
-                        if let Some(done) = check(&pod, &mut pod_name, &mut last_summary) {
-                            return done;
-                        }
-                        report_events(cluster, pod_name.as_deref(), &mut seen_events, log).await;
-                    }
-                    Some(Ok(WatchEvent::Deleted(pod))) => {
-                        return Err(ExecutorError::EnvironmentLost(format!(
-                            "pod {} was deleted while starting",
-                            pod.metadata.name.unwrap_or_default()
-                        )));
-                    }
-                    Some(Ok(_)) => {}
-                    // The watch ended or broke: list again and watch on.
-                    Some(Err(_)) | None => break,
-                },
-                _ = progress.tick() => {
-                    report_events(cluster, pod_name.as_deref(), &mut seen_events, log).await;
-                    log.line(&format!(
-                        "still waiting for the pod to be ready after {}s: {}",
-                        started.elapsed().as_secs(),
-                        if last_summary.is_empty() { "no pod yet" } else { &last_summary }
-                    ));
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    // Still not placed: no node fits, and none came.
-                    let kind = if unscheduled.load(std::sync::atomic::Ordering::Relaxed) {
-                        FailureKind::Unschedulable
+            let still_waiting = tokio::select! {
+                _ = tick.tick() => true,
+                () = changed.notified() => false,
+            };
+            let pod = lock(&progress).pod.clone();
+            report_events(cluster, pod.as_deref(), &mut seen_events, log).await;
+            if still_waiting {
+                let summary = lock(&progress).summary.clone();
+                log.line(&format!(
+                    "still waiting for the pod to be ready after {}s: {}",
+                    started.elapsed().as_secs(),
+                    if summary.is_empty() {
+                        "no pod yet"
                     } else {
-                        FailureKind::Internal
-                    };
-                    return Err(ExecutorError::classified(
-                        kind,
-                        "starting the pod",
-                        format!(
-                            "not ready within the pod timeout of {}s: {}",
-                            timeout.as_secs(),
-                            if last_summary.is_empty() { "no pod was created" } else { &last_summary }
-                        ),
-                    ));
-                }
-                _ = interrupt.cancelled() => return Err(ExecutorError::Interrupted),
+                        &summary
+                    }
+                ));
             }
         }
+    };
+    tokio::select! {
+        done = await_pods(cluster, selector, is_ready) => done?,
+        _ = report => unreachable_report(),
+        () = tokio::time::sleep(timeout) => {
+            let progress = lock(&progress);
+            // Still not placed: no node fits, and none came.
+            let kind = if progress.unscheduled {
+                FailureKind::Unschedulable
+            } else {
+                FailureKind::Internal
+            };
+            Err(ExecutorError::classified(
+                kind,
+                "starting the pod",
+                format!(
+                    "not ready within the pod timeout of {}s: {}",
+                    timeout.as_secs(),
+                    if progress.summary.is_empty() { "no pod was created" } else { &progress.summary }
+                ),
+            ))
+        }
+        () = interrupt.cancelled() => Err(ExecutorError::Interrupted),
     }
+}
+
+fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    progress.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The progress reporter loops for as long as the wait it reports on.
+fn unreachable_report() -> Result<String, ExecutorError> {
+    Err(ExecutorError::backend(
+        "starting the pod",
+        "the progress reporter stopped",
+    ))
 }
 
 async fn report_events(
@@ -325,28 +420,21 @@ pub async fn gone(
     selector: &str,
     timeout: Duration,
 ) -> Result<(), ExecutorError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let (pods, rv) = cluster.list_pods(selector).await?;
-        if pods.is_empty() {
-            return Ok(());
-        }
-        let mut events = cluster.watch_pods(selector, &rv).await?;
-        loop {
-            tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(WatchEvent::Deleted(_))) | Some(Err(_)) | None => break,
-                    Some(Ok(_)) => {}
-                },
-                _ = tokio::time::sleep_until(deadline) => {
-                    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
-                    return Err(ExecutorError::backend(
-                        "deleting the run's pod",
-                        format!("{} still present {}s after the Job was deleted", names.join(", "), timeout.as_secs()),
-                    ));
-                }
-            }
-        }
+    let mut left = Vec::new();
+    let none_left = |now: &PodsNow| {
+        left = now.names();
+        now.is_empty().then_some(())
+    };
+    match tokio::time::timeout(timeout, await_pods(cluster, selector, none_left)).await {
+        Ok(done) => done,
+        Err(_) => Err(ExecutorError::backend(
+            "deleting the run's pod",
+            format!(
+                "{} still present {}s after the Job was deleted",
+                left.join(", "),
+                timeout.as_secs()
+            ),
+        )),
     }
 }
 
@@ -407,52 +495,239 @@ pub fn pod_fate(name: &str, pod: Option<&Pod>) -> Option<Fate> {
 ///
 /// The kubelet reports a killed container some time after the kill, so an
 /// exec can end before the pod's status explains why. `None` when the
-/// status still says nothing at the deadline.
+/// status still says nothing at the deadline, or the cluster cannot be
+/// asked.
 pub async fn fate(
     cluster: &dyn Cluster,
     selector: &str,
     name: &str,
     timeout: Duration,
 ) -> Option<Fate> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let (pods, rv) = cluster.list_pods(selector).await.ok()?;
-        let pod = pods
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name));
-        if let Some(fate) = pod_fate(name, pod) {
-            return Some(fate);
-        }
-        let mut events = cluster.watch_pods(selector, &rv).await.ok()?;
-        loop {
-            tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(WatchEvent::Added(pod))) | Some(Ok(WatchEvent::Modified(pod)))
-                        if pod.metadata.name.as_deref() == Some(name) =>
-                    {
-                        if let Some(fate) = pod_fate(name, Some(&pod)) {
-                            return Some(fate);
-                        }
-                    }
-                    Some(Ok(WatchEvent::Deleted(pod))) if pod.metadata.name.as_deref() == Some(name) => {
-                        return pod_fate(name, None);
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) | None => break,
-                },
-                _ = tokio::time::sleep_until(deadline) => return None,
-            }
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
-    }
+    let said = await_pods(cluster, selector, |now| pod_fate(name, now.get(name)));
+    tokio::time::timeout(timeout, said).await.ok()?.ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::{MockCluster, PodEvents};
+    use mockall::Sequence;
     use serde_json::json;
+
+    fn phase(name: &str, phase: &str, ready: bool) -> Pod {
+        pod(json!({
+            "metadata": {"name": name},
+            "status": {"phase": phase, "conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]}
+        }))
+    }
+
+    fn watch(events: Vec<serde_json::Value>) -> PodEvents {
+        let events: Vec<_> = events
+            .into_iter()
+            .map(|e| Ok(serde_json::from_value::<WatchEvent<Pod>>(e).unwrap()))
+            .collect();
+        futures_util::stream::iter(events).boxed()
+    }
+
+    fn gone_410() -> serde_json::Value {
+        json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status",
+            "status": "Failure", "reason": "Expired", "message": "too old", "code": 410}})
+    }
+
+    fn lists(cluster: &mut MockCluster, seq: &mut Sequence, pods: Vec<Pod>, rv: &'static str) {
+        cluster
+            .expect_list_pods()
+            .times(1)
+            .in_sequence(seq)
+            .return_once(move |_| Ok((pods, rv.to_string())));
+    }
+
+    fn watches(
+        cluster: &mut MockCluster,
+        seq: &mut Sequence,
+        from: &'static str,
+        events: Vec<serde_json::Value>,
+    ) {
+        cluster
+            .expect_watch_pods()
+            .withf(move |_, rv| rv == from)
+            .times(1)
+            .in_sequence(seq)
+            .return_once(move |_, _| Ok(watch(events)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_lists_again_after_a_410_and_after_a_watch_ends() {
+        let mut cluster = MockCluster::new();
+        let mut seq = Sequence::new();
+        lists(
+            &mut cluster,
+            &mut seq,
+            vec![phase("p", "Pending", false)],
+            "1",
+        );
+        watches(&mut cluster, &mut seq, "1", vec![gone_410()]);
+        lists(
+            &mut cluster,
+            &mut seq,
+            vec![phase("p", "Pending", false)],
+            "7",
+        );
+        // The server's own expiry: the watch just ends.
+        watches(&mut cluster, &mut seq, "7", vec![]);
+        lists(
+            &mut cluster,
+            &mut seq,
+            vec![phase("p", "Running", false)],
+            "9",
+        );
+        watches(
+            &mut cluster,
+            &mut seq,
+            "9",
+            vec![json!({"type": "MODIFIED", "object": phase("p", "Running", true)})],
+        );
+        cluster.expect_pod_events().returning(|_| Ok(Vec::new()));
+        let (log, text) = RunLog::memory();
+        let pod = ready(
+            &cluster,
+            "job-name=j",
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+            &log,
+            &CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(pod.unwrap(), "p");
+        assert!(
+            text.text().contains("pod p: Running (waited"),
+            "{}",
+            text.text()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_ends_at_the_callers_deadline_as_unschedulable_with_progress() {
+        let mut cluster = MockCluster::new();
+        let unscheduled = pod(json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}
+            ]}
+        }));
+        cluster
+            .expect_list_pods()
+            .times(1)
+            .return_once(move |_| Ok((vec![unscheduled], "1".into())));
+        cluster
+            .expect_watch_pods()
+            .times(1)
+            .return_once(|_, _| Ok(futures_util::stream::pending().boxed()));
+        cluster.expect_pod_events().returning(|_| Ok(Vec::new()));
+        let (log, text) = RunLog::memory();
+        let err = ready(
+            &cluster,
+            "job-name=j",
+            Duration::from_secs(35),
+            Duration::from_secs(10),
+            &log,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), FailureKind::Unschedulable, "{err}");
+        let text = text.text();
+        assert_eq!(
+            text.matches("still waiting for the pod").count(),
+            3,
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_deleted_while_starting_is_a_lost_environment() {
+        let mut cluster = MockCluster::new();
+        let mut seq = Sequence::new();
+        lists(
+            &mut cluster,
+            &mut seq,
+            vec![phase("p", "Pending", false)],
+            "1",
+        );
+        watches(
+            &mut cluster,
+            &mut seq,
+            "1",
+            vec![json!({"type": "DELETED", "object": phase("p", "Pending", false)})],
+        );
+        cluster.expect_pod_events().returning(|_| Ok(Vec::new()));
+        let err = ready(
+            &cluster,
+            "job-name=j",
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+            &RunLog::discard(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gone_and_fate_share_the_wait() {
+        let mut cluster = MockCluster::new();
+        let mut seq = Sequence::new();
+        lists(
+            &mut cluster,
+            &mut seq,
+            vec![phase("p", "Running", true)],
+            "1",
+        );
+        watches(
+            &mut cluster,
+            &mut seq,
+            "1",
+            vec![json!({"type": "DELETED", "object": phase("p", "Running", true)})],
+        );
+        gone(&cluster, "job-name=j", Duration::from_secs(5))
+            .await
+            .unwrap();
+
+        let mut cluster = MockCluster::new();
+        let mut seq = Sequence::new();
+        lists(
+            &mut cluster,
+            &mut seq,
+            vec![phase("p", "Running", true)],
+            "1",
+        );
+        let oom = json!({"type": "MODIFIED", "object": {
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "step", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+            }]}
+        }});
+        watches(&mut cluster, &mut seq, "1", vec![oom]);
+        let fate = fate(&cluster, "job-name=j", "p", Duration::from_secs(5)).await;
+        assert_eq!(fate.map(|f| f.kind), Some(FailureKind::Oom));
+
+        // Still present at the deadline: the caller's timeout names it.
+        let mut cluster = MockCluster::new();
+        cluster
+            .expect_list_pods()
+            .return_once(|_| Ok((vec![phase("p", "Running", true)], "1".into())));
+        cluster
+            .expect_watch_pods()
+            .return_once(|_, _| Ok(futures_util::stream::pending().boxed()));
+        let err = gone(&cluster, "job-name=j", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("p still present 5s"), "{err}");
+    }
 
     fn pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()

@@ -15,11 +15,15 @@ async fn k8s() -> common::K8s {
     common::K8s::start(cluster, common::options()).await
 }
 
-conformance_tests!(k8s);
+conformance_tests!(engine: k8s);
 
 /// The suite above proves v4 only if v4 is what ran: every exec of a run,
 /// the checkout's and the steps' alike, went over `v4.channel.k8s.io`,
 /// and the checkout arrived whole through the framed stream.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_v4_suite_runs_over_v4() {
     use executor_conformance::fixture::{run_to_end, write, Fixture};

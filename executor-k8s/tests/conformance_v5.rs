@@ -16,4 +16,4 @@ async fn k8s() -> common::K8s {
     .await
 }
 
-conformance_tests!(k8s);
+conformance_tests!(engine: k8s);

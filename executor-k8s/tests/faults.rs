@@ -23,6 +23,10 @@ fn error_of(result: &executor_core::RunResult) -> String {
     result.error.clone().unwrap_or_default()
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_pending_pod_is_waited_for_with_progress() {
     let backend = K8s::start(
@@ -54,6 +58,10 @@ async fn a_long_pending_pod_is_waited_for_with_progress() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unschedulable_pod_fails_at_the_pod_timeout() {
     let backend = K8s::start(
@@ -82,6 +90,10 @@ async fn an_unschedulable_pod_fails_at_the_pod_timeout() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_pull_failures_fail_fast_with_the_reason() {
     for (fault, image, reason) in [
@@ -176,6 +188,10 @@ async fn fault_mid_step_on(backend: K8s, fault: PodFault) -> (executor_core::Run
     (result, step_error)
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_oom_killed_mid_step_ends_the_step_with_the_reason() {
     let (result, error) = fault_mid_step(PodFault::OomKill).await;
@@ -183,6 +199,10 @@ async fn a_pod_oom_killed_mid_step_ends_the_step_with_the_reason() {
     assert!(error.contains("OOMKilled"), "{error}");
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_kill_the_pod_status_reports_late_still_ends_the_step_with_the_reason() {
     let backend = k8s().await;
@@ -192,6 +212,10 @@ async fn an_oom_kill_the_pod_status_reports_late_still_ends_the_step_with_the_re
     assert!(error.contains("OOMKilled"), "{error}");
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_evicted_mid_step_ends_the_step_with_the_reason() {
     let (result, error) = fault_mid_step(PodFault::Evict).await;
@@ -199,6 +223,10 @@ async fn a_pod_evicted_mid_step_ends_the_step_with_the_reason() {
     assert_lost(&result, FailureKind::Evicted);
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_mid_step_ends_the_step_with_the_reason() {
     let (result, error) = fault_mid_step(PodFault::Delete).await;
@@ -206,6 +234,10 @@ async fn a_pod_deleted_mid_step_ends_the_step_with_the_reason() {
     assert_lost(&result, FailureKind::EnvironmentLost);
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
     let backend = k8s().await;
@@ -249,6 +281,10 @@ async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
 /// the server has seen its exec pinged past the idle timeout (three pings
 /// at a 1 s keepalive against a 2 s timeout), then is let go: the proof is
 /// the pings and no idle cut, not how long anything took.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_silent_step_survives_an_idle_connection_timeout() {
     let backend = k8s().await;
@@ -291,6 +327,10 @@ async fn a_long_silent_step_survives_an_idle_connection_timeout() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn safe_calls_are_retried_and_a_failed_create_is_a_clear_error() {
     let backend = k8s().await;
@@ -330,6 +370,10 @@ async fn safe_calls_are_retried_and_a_failed_create_is_a_clear_error() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn variables_go_through_a_secret_owned_by_the_job_and_never_into_the_log() {
     let backend = k8s().await;
@@ -412,6 +456,10 @@ async fn variables_go_through_a_secret_owned_by_the_job_and_never_into_the_log()
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_runners_job_is_removed_by_the_next_cleanup_and_no_other() {
     let backend = k8s().await;
@@ -466,6 +514,10 @@ async fn a_killed_runners_job_is_removed_by_the_next_cleanup_and_no_other() {
         .is_empty());
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_credentials_and_unreachable_servers_are_clear_errors() {
     let cluster = kube_testcluster::TestCluster::start(ClusterOptions::default())
@@ -503,8 +555,15 @@ async fn bad_credentials_and_unreachable_servers_are_clear_errors() {
         "{err}"
     );
     assert_eq!(err.kind(), FailureKind::Unreachable);
+    // The client's own error is kept under the words, for an embedder.
+    let cause = std::error::Error::source(&err).map(|s| s.to_string());
+    assert!(cause.is_some(), "{err:?}");
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_run_makes_the_calls_its_dry_run_printed() {
     let backend = k8s().await;
@@ -591,6 +650,10 @@ fn long_name_bomb(size: u64) -> Vec<u8> {
     h.to_vec()
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_that_replaces_tar_cannot_bomb_or_flood_the_runner() {
     // On Kubernetes the `tar` that packs /outputs is the step's to replace.
@@ -629,6 +692,10 @@ async fn a_step_that_replaces_tar_cannot_bomb_or_flood_the_runner() {
 /// Watches that the server ends early (as real servers do after their
 /// request timeout) are listed again and watched on: the pod wait and the
 /// wait for the pod to go both ride through them.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_the_server_ends_are_listed_again_and_watched_on() {
     let backend = k8s().await;
@@ -653,6 +720,10 @@ async fn watches_the_server_ends_are_listed_again_and_watched_on() {
 /// a node selector the node does not match, or a taint the pod does not
 /// tolerate, leaves the pod Pending until the pod timeout (`unschedulable`);
 /// the toleration lets it run.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_selectors_and_taints_decide_where_the_pod_may_run() {
     let start = |options: K8sOptions| async move {
@@ -721,6 +792,10 @@ async fn node_selectors_and_taints_decide_where_the_pod_may_run() {
 /// `isolate` gives a run a node to itself: on a one-node cluster a second
 /// isolated run waits Pending (pod anti-affinity) until the first one's pod
 /// is gone, then runs.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_isolated_runs_on_one_node_take_turns() {
     let backend = K8s::start(

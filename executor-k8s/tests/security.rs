@@ -12,6 +12,10 @@ use kube_testcluster::ClusterOptions;
 /// Effective capabilities of the step's shell, as /proc shows them.
 const CAP_EFF: &str = "grep CapEff /proc/self/status";
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_run_with_no_capability_unless_one_is_added() {
     let backend = K8s::start(ClusterOptions::default(), common::options()).await;
@@ -49,6 +53,10 @@ async fn steps_run_with_no_capability_unless_one_is_added() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_run_as_the_user_asked_and_still_get_their_files() {
     let backend = K8s::start(
@@ -78,6 +86,10 @@ async fn steps_run_as_the_user_asked_and_still_get_their_files() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_as_non_root_on_a_root_image_fails_before_any_step_naming_why() {
     let backend = K8s::start(

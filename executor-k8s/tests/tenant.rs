@@ -52,6 +52,10 @@ impl executor_conformance::Backend for Tenant {
     }
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_with_the_documented_role_runs_and_cleans_up_in_its_namespace() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -89,6 +93,10 @@ async fn a_tenant_with_the_documented_role_runs_and_cleans_up_in_its_namespace()
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_permission_of_the_documented_role_is_needed_and_checked_first() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();

@@ -179,12 +179,29 @@ impl Executor for ShellExecutor {
         "shell"
     }
 
+    /// Beyond [`RunSpec::validate`]: the shell runs steps on this host, so
+    /// it refuses cache paths outside the run folder (a cache at `/root`
+    /// would be the host's). Whether untrusted code may run here at all is
+    /// the embedder's policy (runner-cli refuses it; a runner that is
+    /// itself a throwaway VM may not).
+    fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
+        run.validate()?;
+        if let Some(c) = run.caches.iter().find(|c| c.path.starts_with('/')) {
+            return Err(ExecutorError::InvalidInput(format!(
+                "cache {}={}: the shell executor runs on this host, so RunSpec::caches paths must be relative to WORK_DIR",
+                c.key, c.path
+            )));
+        }
+        Ok(())
+    }
+
     async fn start(
         &self,
         run: &RunSpec,
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
+        self.check(run)?;
         run.check_folders()?;
         if let Some(plan) = &self.plan {
             return Ok(plan.start(&self.base, run));

@@ -3,6 +3,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use executor_core::events::OutputStream;
 use executor_core::{CommandOutcome, ExecutorError, RunLog, StepCommand};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -79,10 +80,10 @@ pub(crate) async fn run_step(
 
     let mut drains = Vec::new();
     if let Some(out) = child.stdout.take() {
-        drains.push(tokio::spawn(drain(out, log.clone())));
+        drains.push(tokio::spawn(drain(out, OutputStream::Stdout, log.clone())));
     }
     if let Some(err) = child.stderr.take() {
-        drains.push(tokio::spawn(drain(err, log.clone())));
+        drains.push(tokio::spawn(drain(err, OutputStream::Stderr, log.clone())));
     }
 
     let status = tokio::select! {
@@ -128,12 +129,12 @@ pub(crate) async fn run_step(
     Ok(Finished { outcome, lingering })
 }
 
-async fn drain(mut from: impl AsyncRead + Unpin, log: RunLog) {
+async fn drain(mut from: impl AsyncRead + Unpin, stream: OutputStream, log: RunLog) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) => return,
-            Ok(n) => log.output(&buf[..n]).await,
+            Ok(n) => log.output_from(stream, &buf[..n]).await,
             Err(err) => {
                 tracing::warn!(%err, "reading step output failed");
                 return;

@@ -289,3 +289,38 @@ fn hash_of(raw: &str) -> String {
         .unwrap()
         .to_string()
 }
+
+/// An embedder that hands the shell a cache path on the host gets an
+/// input failure and nothing runs: the check is the executor's, not only
+/// runner-cli's.
+#[tokio::test]
+async fn host_cache_paths_are_refused_before_anything_runs() {
+    let (base, checkout, outputs) = (tempdir(), tempdir(), tempdir());
+    let executor = ShellExecutor::new(base.path());
+    let marker = outputs.path().join("ran");
+    let step = Step::new("touch", format!("touch {}", marker.display()));
+    let mut spec = RunSpec::new("c", "did:plc:c", checkout.path(), outputs.path()).step(step);
+    spec.caches = vec![executor_core::CacheSpec::parse("home=/root").unwrap()];
+    let result = run(
+        &executor,
+        &spec,
+        &RunLog::discard(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Error, "{}", result.to_json());
+    let failure = result.failure.expect("a failure");
+    assert_eq!(failure.kind, executor_core::FailureKind::Input);
+    assert!(
+        failure.message.contains("RunSpec::caches"),
+        "{}",
+        failure.message
+    );
+    assert!(!marker.exists(), "a step ran");
+    assert_eq!(
+        std::fs::read_dir(base.path())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
+}

@@ -94,6 +94,13 @@ pub struct RunArgs {
     /// Where the run log goes; `-` for the terminal.
     #[arg(long, default_value = "-")]
     pub log: String,
+    /// Also write the run's events as JSON lines (step started, output,
+    /// step finished, ..., the result) to this file; `-` for the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<String>,
+    /// Start every line of the run log with its time (UTC, RFC 3339).
+    #[arg(long)]
+    pub timestamps: bool,
     /// Limit of the whole run: 90, 90s, 15m, 2h.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub timeout: Duration,

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use executor_core::events::JsonLines;
 use executor_core::{
     read_steps_file, run_with, CleanupScope, DriverOptions, Failure, FailureKind, RetryPolicy,
     RunLog, RunResult, RunSpec, StepResult,
@@ -86,6 +87,29 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         }
     };
+    if args.timestamps {
+        log.timestamps();
+    }
+    if let (Some(path), false) = (&args.events, args.dry_run) {
+        let sink: std::sync::Arc<dyn executor_core::events::EventSink> = if path == "-" {
+            std::sync::Arc::new(JsonLines::new(std::io::stdout()))
+        } else {
+            match JsonLines::create(Path::new(path)) {
+                Ok(sink) => std::sync::Arc::new(sink),
+                Err(err) => {
+                    let msg = format!("cannot write the events file {path}: {err}");
+                    say!("runner-cli: {msg}");
+                    write_unstarted_result(
+                        &args,
+                        started_at,
+                        Failure::new(FailureKind::Input, msg),
+                    );
+                    return EXIT_INPUT;
+                }
+            }
+        };
+        log.add_sink(sink);
+    }
 
     if !args.no_cleanup && !args.dry_run {
         let cleaned = tokio::select! {

@@ -150,6 +150,86 @@ fn a_failing_step_exits_1() {
 }
 
 #[test]
+fn events_and_timestamps_follow_the_run() {
+    let case = Case::new();
+    let events = case.path("events.jsonl");
+    let out = case
+        .run(
+            "greet\techo hello; echo oops >&2\nbad\texit 4\n",
+            &["--events", &events.display().to_string(), "--timestamps"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"runStarted"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"runFinished"), "{kinds:?}");
+    let output = |stream: &str| -> String {
+        lines
+            .iter()
+            .filter(|e| e["event"] == "output" && e["stream"] == stream && e["step"] == "greet")
+            .filter_map(|e| e["text"].as_str())
+            .collect()
+    };
+    assert_eq!(output("stdout"), "hello\n", "{lines:?}");
+    assert_eq!(output("stderr"), "oops\n", "{lines:?}");
+    let bad = lines
+        .iter()
+        .find(|e| e["event"] == "stepFinished" && e["step"] == "bad")
+        .expect("bad's end");
+    assert_eq!(bad["status"], "failed");
+    assert_eq!(bad["exitCode"], 4);
+    assert_eq!(bad["failure"]["kind"], "step");
+    let told = &lines[lines.len() - 1]["result"];
+    assert_eq!(told["status"], "failed");
+    assert_eq!(told["steps"][1]["exitCode"], 4);
+    assert!(
+        lines
+            .iter()
+            .all(|e| e["at"].as_str().is_some_and(|t| t.ends_with('Z'))),
+        "{lines:?}"
+    );
+
+    // Every line of the text log starts with its time.
+    let log = case.log();
+    for line in log.lines() {
+        let (stamp, rest) = line.split_at(line.find(' ').unwrap_or(0));
+        assert!(
+            time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+                .is_ok(),
+            "{line:?} does not start with a time:\n{log}"
+        );
+        assert!(!rest.is_empty(), "{log}");
+    }
+    assert!(log.contains("Z ==> step bad: failed (exit 4"), "{log}");
+    assert!(log.contains("Z hello\n"), "{log}");
+}
+
+#[test]
+fn an_events_file_that_cannot_be_written_is_an_input_error() {
+    let case = Case::new();
+    let out = case
+        .run("ok\ttrue\n", &["--events", "/nonexistent/dir/events.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("events file /nonexistent/dir/events.jsonl"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        case.result().failure.map(|f| f.kind),
+        Some(executor_core::FailureKind::Input)
+    );
+}
+
+#[test]
 fn a_timeout_exits_124() {
     let case = Case::new();
     let out = case

@@ -64,6 +64,10 @@ fn result(path: &Path) -> RunResult {
     r
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[test]
 fn the_example_runs_on_docker_as_the_readme_shows() {
     let dir = tempfile::tempdir().unwrap();
@@ -109,6 +113,10 @@ fn the_example_runs_on_docker_as_the_readme_shows() {
         .any(|o| o.path == "badge.png" && o.media_type == "image/png"));
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[test]
 fn an_unreachable_engine_is_exit_3_naming_where_it_looked() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,6 +160,10 @@ fn an_unreachable_engine_is_exit_3_naming_where_it_looked() {
     assert!(failure.retryable);
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[test]
 fn a_runner_killed_mid_run_leaves_a_container_the_next_cleanup_removes() {
     let dir = tempfile::tempdir().unwrap();
@@ -194,6 +206,10 @@ fn a_runner_killed_mid_run_leaves_a_container_the_next_cleanup_removes() {
     assert!(cleanup(true).contains("0 removed"));
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[test]
 fn dry_run_prints_every_call_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,6 +296,10 @@ async fn tls_engine(
     (port, served)
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_engine_is_reached_with_docker_cert_path_as_the_docker_cli_does() {
     use std::sync::atomic::Ordering;
@@ -338,6 +358,10 @@ async fn a_tls_engine_is_reached_with_docker_cert_path_as_the_docker_cli_does() 
 /// `--retry 1`: the container removed from outside mid-step is a lost
 /// environment, and the run succeeds in a fresh one; the log marks both
 /// attempts and the result keeps both.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_recovers_from_a_container_removed_mid_step() {
     use executor_docker::engine::{Engine, ExecSpec};

@@ -41,6 +41,10 @@ fn example_run(kubeconfig: &Path, name: &str, dir: &Path, out: &str) -> Command 
     cmd
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_runs_on_k8s_as_the_readme_shows() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -89,6 +93,10 @@ async fn the_example_runs_on_k8s_as_the_readme_shows() {
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_certificate_or_an_unreachable_server_is_exit_3() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -158,6 +166,10 @@ fn read_result(path: &Path) -> RunResult {
     result
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_killed_mid_run_leaves_a_job_the_next_cleanup_removes() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -228,6 +240,10 @@ async fn a_runner_killed_mid_run_leaves_a_job_the_next_cleanup_removes() {
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test]
 async fn dry_run_prints_the_job_and_every_call_and_contacts_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -316,6 +332,10 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_files() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -409,6 +429,10 @@ async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_file
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_proof_script_passes_on_the_test_cluster() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -436,6 +460,10 @@ async fn the_live_proof_script_passes_on_the_test_cluster() {
 
 /// A kubeconfig that turns certificate checks off is refused unless the
 /// user says so, and then the log says so too.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insecure_skip_tls_verify_needs_the_flag_and_is_logged() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -494,6 +522,10 @@ async fn insecure_skip_tls_verify_needs_the_flag_and_is_logged() {
 /// A tenant whose Role lacks exec is refused before anything exists, with
 /// every missing permission and the namespace named; so is a cleanup
 /// without its own verbs.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_permissions_are_exit_2_before_anything_is_created() {
     use kube_testcluster::rbac::{Role, Rule};
@@ -572,6 +604,10 @@ async fn issue_with_openssl(dir: &Path, cn: &str, v3: bool, expired: bool) -> (P
     (dir.join(format!("{cn}.crt")), dir.join(format!("{cn}.key")))
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_x509_v1_client_certificate_is_named_with_how_to_reissue_it() {
     use base64::Engine as _;
@@ -617,6 +653,10 @@ async fn an_x509_v1_client_certificate_is_named_with_how_to_reissue_it() {
 
 /// The live proof as a tenant bound to exactly scripts/runner-role.yaml,
 /// in a namespace of its own: it passes, and says the user may not list nodes.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_proof_passes_as_a_tenant_with_the_documented_role() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();

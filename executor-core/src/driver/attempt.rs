@@ -7,9 +7,10 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::caches::{restore_caches, save_caches};
+use super::millis;
 use super::supervise::{Supervised, Watch};
-use super::{millis, seconds};
 use crate::cache::CacheResult;
+use crate::events::Event;
 use crate::tar::RefusedEntry;
 use crate::{
     CommandOutcome, DriverOptions, Executor, ExecutorError, Failure, FailureKind, Phases,
@@ -83,6 +84,7 @@ pub(super) async fn run_attempt(
     log: &RunLog,
     watch: &Watch<'_>,
     options: &DriverOptions,
+    attempt: u32,
 ) -> AttemptRecord {
     let mut record = AttemptRecord::new(spec);
     let token = CancellationToken::new();
@@ -93,10 +95,11 @@ pub(super) async fn run_attempt(
     record.phases.start_ms = millis(start_began);
     let handle = match started {
         Supervised::Done(Ok(handle)) => {
-            log.line(&format!(
-                "environment ready ({})",
-                seconds(record.phases.start_ms)
-            ));
+            log.emit(Event::EnvironmentReady {
+                at: OffsetDateTime::now_utc(),
+                attempt,
+                start_ms: record.phases.start_ms,
+            });
             handle
         }
         Supervised::Done(Err(err)) => {
@@ -119,7 +122,7 @@ pub(super) async fn run_attempt(
     record.caches = restore_caches(executor, &handle, spec, log, options, watch.run_deadline).await;
 
     record.steps.clear();
-    for step in &spec.steps {
+    for (index, step) in spec.steps.iter().enumerate() {
         if let Some(why) = watch.already() {
             // Never start a step the run has no time or wish for.
             let msg = format!("{} before step {}", why.describe(), step.name);
@@ -127,7 +130,9 @@ pub(super) async fn run_attempt(
             record.note(Failure::new(why.kind(), msg));
             break;
         }
-        let (step_result, failure) = run_step(executor, &handle, spec, step, log, watch).await;
+        let place = Place { attempt, index };
+        let (step_result, failure) =
+            run_step(executor, &handle, spec, step, place, log, watch).await;
         record.steps.push(step_result);
         if let Some(failure) = failure {
             record.note(failure);
@@ -178,12 +183,16 @@ async fn collect_outputs(
     )
     .await;
     record.phases.outputs_ms = millis(began);
+    let ms = record.phases.outputs_ms;
+    let collected_event = |refused: u64, failure: Option<Failure>| Event::OutputsCollected {
+        at: OffsetDateTime::now_utc(),
+        ms,
+        refused,
+        failure,
+    };
     match collected {
         Ok(Ok(summary)) => {
-            log.line(&format!(
-                "outputs collected ({})",
-                seconds(record.phases.outputs_ms)
-            ));
+            log.emit(collected_event(summary.refused_count, None));
             for refused in &summary.refused {
                 log.line(&format!(
                     "warning: output {:?} not brought back: {}",
@@ -200,14 +209,25 @@ async fn collect_outputs(
         }
         Ok(Err(err)) => {
             log.line(&format!("collecting outputs failed: {err}"));
-            record.note(err.failure(format!("outputs: {err}")));
+            let failure = err.failure(format!("outputs: {err}"));
+            log.emit(collected_event(0, Some(failure.clone())));
+            record.note(failure);
         }
         Err(_) => {
             let msg = format!("outputs: not collected within {:?}", spec.outputs_timeout);
             log.line(&msg);
-            record.note(Failure::new(FailureKind::Unreachable, msg));
+            let failure = Failure::new(FailureKind::Unreachable, msg);
+            log.emit(collected_event(0, Some(failure.clone())));
+            record.note(failure);
         }
     }
+}
+
+/// Which attempt a step runs in, and its place in the run's steps.
+#[derive(Clone, Copy)]
+struct Place {
+    attempt: u32,
+    index: usize,
 }
 
 /// Runs one step; the failure is `Some` when the run must end here.
@@ -216,6 +236,7 @@ async fn run_step(
     handle: &RunHandle,
     spec: &RunSpec,
     step: &crate::Step,
+    place: Place,
     log: &RunLog,
     watch: &Watch<'_>,
 ) -> (StepResult, Option<Failure>) {
@@ -231,7 +252,12 @@ async fn run_step(
     };
     let started_at = OffsetDateTime::now_utc();
     let clock = Instant::now();
-    log.step_started(&step.name);
+    log.emit(Event::StepStarted {
+        at: started_at,
+        attempt: place.attempt,
+        step: step.name.clone(),
+        index: place.index,
+    });
     let token = CancellationToken::new();
     let step_deadline = Some(clock + spec.step_timeout);
     let outcome = watch
@@ -290,16 +316,25 @@ async fn run_step(
         }
     };
     let failure = failure.map(|f| f.in_step(name));
-    let took = clock.elapsed();
-    log.step_finished(name, status.as_str(), exit_code, took);
+    let duration_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let finished_at = OffsetDateTime::now_utc();
+    log.emit(Event::StepFinished {
+        at: finished_at,
+        attempt: place.attempt,
+        step: name.clone(),
+        status,
+        exit_code,
+        duration_ms,
+        failure: failure.clone(),
+    });
     let result = StepResult {
         name: name.clone(),
         status,
         exit_code,
         error,
         started_at: Some(started_at),
-        finished_at: Some(OffsetDateTime::now_utc()),
-        duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        finished_at: Some(finished_at),
+        duration_ms,
         failure: failure.clone(),
     };
     (result, failure)

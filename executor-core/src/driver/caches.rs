@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use super::millis;
 use crate::cache::CacheResult;
+use crate::events::Event;
 use crate::tar::{UnpackError, UnpackLimits};
 use crate::{DriverOptions, Executor, ExecutorError, RunHandle, RunLog, RunSpec};
 
@@ -38,6 +39,10 @@ pub(super) async fn restore_caches(
         };
         let Some(store) = &options.caches else {
             r.note = Some("no cache folder configured".into());
+            log.emit(Event::CacheRestored {
+                at: time::OffsetDateTime::now_utc(),
+                cache: r.clone(),
+            });
             results.push(r);
             continue;
         };
@@ -88,6 +93,10 @@ pub(super) async fn restore_caches(
                 r.note = Some(format!("unreadable host copy: {err}"));
             }
         }
+        log.emit(Event::CacheRestored {
+            at: time::OffsetDateTime::now_utc(),
+            cache: r.clone(),
+        });
         results.push(r);
     }
     results
@@ -111,6 +120,10 @@ pub(super) async fn save_caches(
             Ok(p) => p,
             Err(err) => {
                 r.note = Some(format!("not saved: {err}"));
+                log.emit(Event::CacheSaved {
+                    at: time::OffsetDateTime::now_utc(),
+                    cache: r.clone(),
+                });
                 continue;
             }
         };
@@ -147,6 +160,10 @@ pub(super) async fn save_caches(
                         "cache {}: saved {} bytes from {} in {} ms",
                         cache.key, summary.bytes, r.path, r.ms_out
                     ));
+                    log.emit(Event::CacheSaved {
+                        at: time::OffsetDateTime::now_utc(),
+                        cache: r.clone(),
+                    });
                     continue;
                 }
                 Err(err) => format!("not saved: {err}"),
@@ -162,5 +179,9 @@ pub(super) async fn save_caches(
             cache.key
         ));
         r.note = Some(why);
+        log.emit(Event::CacheSaved {
+            at: time::OffsetDateTime::now_utc(),
+            cache: r.clone(),
+        });
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use self::attempt::{refused, run_attempt, AttemptRecord};
 use self::supervise::Watch;
 use crate::cache::CacheStore;
+use crate::events::Event;
 use crate::result::manifest;
 use crate::{Attempt, Executor, Failure, RetryPolicy, RunLog, RunResult, RunSpec, RunStatus};
 
@@ -107,7 +108,7 @@ pub async fn run_with(
         run_deadline: Instant::now() + spec.run_timeout,
         grace: options.grace,
     };
-    if let Err(err) = spec.validate() {
+    if let Err(err) = executor.check(spec) {
         return finish(
             executor,
             spec,
@@ -118,12 +119,12 @@ pub async fn run_with(
         )
         .await;
     }
-    log.line(&format!(
-        "run {} on {} executor, runner {}",
-        spec.name,
-        executor.kind(),
-        spec.runner
-    ));
+    log.emit(Event::RunStarted {
+        at: started_at,
+        name: spec.name.clone(),
+        runner: spec.runner.clone(),
+        executor: executor.kind().to_string(),
+    });
     let policy = options.retry;
     let mut attempts: Vec<AttemptRecord> = Vec::new();
     let mut after_all = None;
@@ -134,7 +135,7 @@ pub async fn run_with(
                 policy.max_retries.saturating_add(1)
             ));
         }
-        let record = run_attempt(executor, spec, log, &watch, options).await;
+        let record = run_attempt(executor, spec, log, &watch, options, number).await;
         let again = record
             .failure
             .as_ref()
@@ -183,10 +184,6 @@ fn empty_folder(dir: &Path) -> std::io::Result<()> {
 
 fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-fn seconds(ms: u64) -> String {
-    format!("{}.{:03}s", ms / 1000, ms % 1000)
 }
 
 /// The result: the last attempt described at the top level, every attempt
@@ -253,13 +250,9 @@ async fn finish(
         result.status = failure.kind.run_status();
     }
     result.mask(&spec.masker());
-    log.line(&format!(
-        "run {}: {}",
-        result.name,
-        serde_json::to_value(result.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
-    ));
+    log.emit(Event::RunFinished {
+        at: result.finished_at,
+        result: Box::new(result.clone()),
+    });
     result
 }

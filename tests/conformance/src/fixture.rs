@@ -86,6 +86,8 @@ pub struct WatchedLog {
 #[derive(Default)]
 struct LogState {
     text: Vec<u8>,
+    /// The first megabyte of the run's events, as JSON lines.
+    events: Vec<u8>,
     total: u64,
     writes: u64,
     largest_write: usize,
@@ -94,9 +96,17 @@ struct LogState {
 }
 
 impl WatchedLog {
-    /// A run log writing here.
+    /// A run log writing here, its events as JSON lines too (see
+    /// [`WatchedLog::events`]).
     pub fn run_log(&self) -> RunLog {
-        RunLog::inline(self.clone())
+        let log = RunLog::inline(self.clone());
+        let events = EventsKept(self.inner.clone());
+        log.add_sink(Arc::new(executor_core::events::JsonLines::new(events)));
+        log
+    }
+    /// The first megabyte of the run's events, as `--events` writes them.
+    pub fn events(&self) -> String {
+        String::from_utf8_lossy(&self.state().events).into_owned()
     }
     /// The kept text.
     pub fn text(&self) -> String {
@@ -155,6 +165,21 @@ impl Write for WatchedLog {
             }
         }
         self.changed.notify_waiters();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a [`WatchedLog`]'s events go.
+struct EventsKept(Arc<Mutex<LogState>>);
+
+impl Write for EventsKept {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let room = KEEP_LOG_BYTES.saturating_sub(s.events.len());
+        s.events.extend_from_slice(&buf[..buf.len().min(room)]);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

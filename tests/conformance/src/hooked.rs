@@ -78,6 +78,9 @@ impl Executor for Hooked<'_> {
     fn kind(&self) -> &str {
         self.inner().kind()
     }
+    fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
+        self.inner().check(run)
+    }
     async fn start(
         &self,
         run: &RunSpec,

@@ -86,15 +86,30 @@ pub trait Backend: Send + Sync {
 
 /// Generates one `#[tokio::test]` per conformance case, each calling
 /// `$make().await` for a fresh [`Backend`].
+///
+/// `conformance_tests!(engine: make)` is for a backend that needs a
+/// container engine: its cases run where the calling crate was built
+/// with the `knotless_engine` cfg (its build script sets it when
+/// `KNOTLESS_TEST_ENGINE` is set, as `scripts/test.sh` does) and are
+/// listed as ignored, saying how to run them, elsewhere.
 #[macro_export]
 macro_rules! conformance_tests {
+    (engine: $make:path) => {
+        $crate::conformance_tests!(@all $make; #[cfg_attr(
+            not(knotless_engine),
+            ignore = "needs a container engine: run scripts/test.sh"
+        )]);
+    };
     ($make:path) => {
-        $crate::conformance_tests!(@cases $make;
+        $crate::conformance_tests!(@all $make;);
+    };
+    (@all $make:path; $(#[$attr:meta])*) => {
+        $crate::conformance_tests!(@cases $make; [$(#[$attr])*];
             checkout_arrives_intact, steps_dir_arrives, outputs_come_back,
             outputs_come_back_after_failure, state_persists_across_steps,
             exit_codes_propagate, scripts_stop_at_first_error, failing_step_skips_rest,
             variables_reach_steps, logs_stream_while_step_runs, large_log_is_streamed,
-            step_markers_carry_exit_codes, step_timeout_kills_step, run_timeout_ends_run,
+            step_markers_carry_exit_codes, events_follow_the_run, step_timeout_kills_step, run_timeout_ends_run,
             cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
             cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,
             hostile_cache_is_refused, oversized_cache_is_not_saved, concurrent_saves_never_mix,
@@ -103,13 +118,15 @@ macro_rules! conformance_tests {
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
             retry_never_follows_a_step_failure, retry_recovers_from_a_lost_environment);
     };
-    (@cases $make:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let backend = $make().await;
-                $crate::$case(&backend).await;
-            }
-        )*
+    (@cases $make:path; $attrs:tt; $($case:ident),* $(,)?) => {
+        $( $crate::conformance_tests!(@case $make; $attrs; $case); )*
+    };
+    (@case $make:path; [$(#[$attr:meta])*]; $case:ident) => {
+        $(#[$attr])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            let backend = $make().await;
+            $crate::$case(&backend).await;
+        }
     };
 }

@@ -905,3 +905,67 @@ async fn cancelled_while_waiting_to_retry_is_cancelled_with_no_new_attempt() {
         Some(executor_core::FailureKind::Unreachable)
     );
 }
+
+/// A retry is told in the events: every attempt's environment and steps
+/// carry its number, and the run starts and finishes once.
+#[tokio::test]
+async fn events_tell_each_attempt_apart() {
+    let out = tempfile::tempdir().unwrap();
+    let mut mock = started_mock_times(2);
+    let mut seq = mockall::Sequence::new();
+    mock.expect_command()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _, _| Err(ExecutorError::EnvironmentLost("pod p was deleted".into())));
+    mock.expect_command()
+        .times(2)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let log = RunLog::discard();
+    log.add_sink(Arc::new(move |e: &executor_core::events::Event| {
+        use executor_core::events::Event;
+        let line = match e {
+            Event::RunStarted { .. } => "run".to_string(),
+            Event::EnvironmentReady { attempt, .. } => format!("ready {attempt}"),
+            Event::StepStarted { attempt, step, .. } => format!("{step} {attempt}"),
+            Event::StepFinished {
+                attempt,
+                step,
+                status,
+                ..
+            } => {
+                format!("{step} {attempt} {}", status.as_str())
+            }
+            Event::RunFinished { result, .. } => format!("finished {}", result.status.as_str()),
+            _ => return,
+        };
+        seen.lock().unwrap().push(line);
+    }));
+    let fake = Fake::new(mock);
+    let result = run_with(
+        &fake,
+        &spec(out.path(), &["a", "b"]),
+        &log,
+        CancellationToken::new(),
+        &retrying(1),
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Success, "{:?}", result.error);
+    assert_eq!(
+        *events.lock().unwrap(),
+        [
+            "run",
+            "ready 1",
+            "a 1",
+            "a 1 error",
+            "ready 2",
+            "a 2",
+            "a 2 success",
+            "b 2",
+            "b 2 success",
+            "finished success",
+        ]
+    );
+}

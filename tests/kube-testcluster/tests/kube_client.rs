@@ -132,6 +132,10 @@ async fn job_to_exit_code(cluster: &TestCluster, name: &str) -> Vec<Protocol> {
     cluster.exec_protocols()
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_creates_waits_execs_and_deletes_with_client_certificates() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -142,6 +146,10 @@ async fn kube_creates_waits_execs_and_deletes_with_client_certificates() {
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_works_with_a_bearer_token_and_on_a_v4_only_server() {
     let cluster = TestCluster::start(ClusterOptions {
@@ -159,6 +167,10 @@ async fn kube_works_with_a_bearer_token_and_on_a_v4_only_server() {
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_and_duplicate_jobs_get_status_bodies() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -200,6 +212,10 @@ async fn invalid_and_duplicate_jobs_get_status_bodies() {
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_on_demand() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -322,6 +338,10 @@ async fn faults_on_demand() {
 /// Watches end as a real server ends them: after the server's expiry
 /// whatever the client asked for, and with one ERROR event (410 Gone)
 /// when asked from a version older than the server's compacted history.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_expire_and_old_versions_are_gone() {
     use futures_util::StreamExt;
@@ -371,6 +391,10 @@ async fn watches_expire_and_old_versions_are_gone() {
 /// Deleting a pod honours its grace period: the API answers at once with
 /// the pod Terminating, and a PID 1 that ignores SIGTERM (a shell with no
 /// trap) keeps it there until the grace ends in SIGKILL.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_pod_is_terminating_for_its_grace_period() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();

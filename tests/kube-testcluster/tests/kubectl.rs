@@ -116,6 +116,10 @@ fn tar_with_hello() -> Vec<u8> {
     out
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drives_the_cluster_end_to_end() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -322,6 +326,10 @@ async fn kubectl_drives_the_cluster_end_to_end() {
     cluster.shutdown().await;
 }
 
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_without_the_client_certificate_is_refused() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
@@ -344,6 +352,10 @@ async fn kubectl_without_the_client_certificate_is_refused() {
 /// The tenant's Role as kubectl sees it: `auth can-i` through
 /// SelfSubjectAccessReview, and a 403 Status kubectl prints as a real
 /// server's.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_sees_the_tenants_role() {
     use kube_testcluster::rbac::{Role, Rule};

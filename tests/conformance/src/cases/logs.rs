@@ -1,9 +1,16 @@
 //! The run log: streamed while steps run, in order, without buffering.
 
-use executor_core::{RunStatus, Step, StepStatus};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use executor_core::events::{Event, OutputStream};
+use executor_core::{run, MemoryLog, RunLog, RunStatus, Step, StepStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::fixture::{assert_nothing_left, rss, run_to_end, run_watched, Fixture, WatchedLog};
+use crate::fixture::{
+    assert_nothing_left, assert_valid_result, bounded, rss, run_to_end, run_watched, Fixture,
+    WatchedLog,
+};
 use crate::Backend;
 
 /// Output reaches the log while the step is still running, in the order
@@ -91,5 +98,138 @@ pub async fn step_markers_carry_exit_codes(backend: &dyn Backend) {
         "{}",
         log.text()
     );
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// The run's events arrive in the order of the run, each step's output
+/// tagged with its step and stream, and say what the result says: the
+/// run, its environment, each step's start, its output, its end with
+/// status and exit code, the outputs, the result. Sinks are called from
+/// the log's writer thread, as an embedder's would be.
+pub async fn events_follow_the_run(backend: &dyn Backend) {
+    let fx = Fixture::new("events");
+    let spec = fx
+        .spec(backend, "events")
+        .step(Step::new(
+            "speak",
+            "echo to-out; echo to-err >&2; printf 'gr\\303\\274\\303\\237e\\n'",
+        ))
+        .step(Step::new("fail", "echo failing; exit 3"))
+        .step(Step::new("never", "echo never"));
+    let text = MemoryLog::default();
+    let log = RunLog::new(text.clone());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    log.add_sink(Arc::new(move |event: &Event| {
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.clone());
+    }));
+    let result = bounded(run(
+        backend.executor(),
+        &spec,
+        &log,
+        CancellationToken::new(),
+    ))
+    .await;
+    assert_valid_result(&result);
+    assert!(
+        log.flush(Duration::from_secs(30)).await,
+        "the log never drained"
+    );
+    let events = events.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let text = text.text();
+
+    let outline: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RunStarted { name, .. } => Some(format!("run {name}")),
+            Event::EnvironmentReady { attempt, .. } => Some(format!("ready {attempt}")),
+            Event::StepStarted { step, index, .. } => Some(format!("start {index} {step}")),
+            Event::StepFinished {
+                step,
+                status,
+                exit_code,
+                ..
+            } => Some(format!("end {step} {} {exit_code:?}", status.as_str())),
+            Event::OutputsCollected { failure, .. } => {
+                Some(format!("outputs {}", failure.is_none()))
+            }
+            Event::RunFinished { result, .. } => {
+                Some(format!("finished {}", result.status.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outline,
+        [
+            "run events",
+            "ready 1",
+            "start 0 speak",
+            "end speak success Some(0)",
+            "start 1 fail",
+            "end fail failed Some(3)",
+            "outputs true",
+            "finished failed",
+        ],
+        "{text}"
+    );
+    let said = |step: &str, stream: OutputStream| -> String {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Output {
+                    step: Some(s),
+                    stream: st,
+                    ..
+                } if s == step && *st == stream => e.output_bytes(),
+                _ => None,
+            })
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect()
+    };
+    assert_eq!(
+        said("speak", OutputStream::Stdout),
+        "to-out\ngrüße\n",
+        "{text}"
+    );
+    assert_eq!(said("speak", OutputStream::Stderr), "to-err\n", "{text}");
+    assert_eq!(said("fail", OutputStream::Stdout), "failing\n", "{text}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::Output { step: None, .. })),
+        "output outside a step: {events:?}"
+    );
+    // Output comes between its step's start and end.
+    let place = |want: &dyn Fn(&Event) -> bool| {
+        events
+            .iter()
+            .position(want)
+            .unwrap_or_else(|| panic!("missing event in {events:?}"))
+    };
+    let speak_ends = place(&|e| matches!(e, Event::StepFinished { step, .. } if step == "speak"));
+    let last_speak_output = events
+        .iter()
+        .rposition(|e| matches!(e, Event::Output { step: Some(s), .. } if s == "speak"))
+        .unwrap_or(0);
+    assert!(last_speak_output < speak_ends, "{events:?}");
+    match events.last() {
+        Some(Event::RunFinished { result: told, .. }) => assert_eq!(**told, result),
+        other => panic!("the last event is not the result: {other:?}"),
+    }
+    // The text log is a view of the same run.
+    for line in [
+        "==> step speak: started",
+        "to-err",
+        "grüße",
+        "==> step fail: failed (exit 3, ",
+        "==> run events: failed",
+    ] {
+        assert!(text.contains(line), "{line:?} is not in the log:\n{text}");
+    }
+    let first = serde_json::to_value(&events[0]).unwrap_or_default();
+    assert_eq!(first["event"], "runStarted", "{first}");
     assert_nothing_left(backend, &fx.runner).await;
 }

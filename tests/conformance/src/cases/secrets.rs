@@ -56,6 +56,7 @@ echo "second step sees a token of ${#DEPLOY_TOKEN} characters""#,
         .step(Step::new(format!("named {VALUE}"), "exit 3"));
     let (result, log) = run_to_end(backend, &spec).await;
     let text = log.text();
+    let events = log.events();
     let json = result.to_json();
     assert_eq!(result.status, RunStatus::Failed, "{text}\n{json}");
     assert_eq!(result.steps[0].exit_code, Some(0), "{text}");
@@ -82,6 +83,20 @@ echo "second step sees a token of ${#DEPLOY_TOKEN} characters""#,
         assert!(
             !json.contains(&form),
             "{what} {form:?} is in the result:\n{json}"
+        );
+        assert!(
+            !events.contains(&form),
+            "{what} {form:?} is in the events:\n{events}"
+        );
+    }
+    // The events carry the masked output, and the masked step name.
+    for said in [
+        format!("plain:{MASK}."),
+        format!("\"step\":\"named {MASK}\""),
+    ] {
+        assert!(
+            events.contains(&said),
+            "{said:?} is not in the events:\n{events}"
         );
     }
     for line in [

@@ -1,0 +1,504 @@
+//! Live events of a run: what a runner publishing a check record needs to
+//! know as it happens (a step started, what it printed, how it ended).
+//!
+//! The driver and the backends write to a [`RunLog`](crate::RunLog); every
+//! [`EventSink`] added with [`RunLog::add_sink`](crate::RunLog::add_sink)
+//! gets the run's [`Event`]s, in order, with output already masked. The text
+//! log is one consumer of the same events, [`JsonLines`] (`--events FILE`)
+//! another, and a closure an embedder passes is a third.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::sync::{Arc, Mutex};
+//! use executor_core::events::Event;
+//! use executor_core::RunLog;
+//!
+//! let seen = Arc::new(Mutex::new(Vec::new()));
+//! let log = RunLog::discard();
+//! let record = seen.clone();
+//! log.add_sink(Arc::new(move |event: &Event| {
+//!     if let Event::Output { text, .. } = event {
+//!         record.lock().unwrap().push(text.clone());
+//!     }
+//! }));
+//! log.output(b"hello\n").await;
+//! log.end_output();
+//! assert_eq!(seen.lock().unwrap().concat(), "hello\n");
+//! # }
+//! ```
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::mask::Masker;
+use crate::{CacheResult, Failure, RunResult, StepStatus};
+
+/// Which of a step's streams a piece of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// One thing that happened in a run. Serialized (by [`JsonLines`]) as one
+/// JSON object with an `event` field naming the variant in camelCase and
+/// an `at` field in RFC 3339.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum Event {
+    /// The run began: its input was accepted. A retry is told by the
+    /// `attempt` of the events that follow.
+    #[serde(rename_all = "camelCase")]
+    RunStarted {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// `RunSpec::name`.
+        name: String,
+        /// `RunSpec::runner`.
+        runner: String,
+        /// The executor's kind (`shell`, `docker`, `k8s`).
+        executor: String,
+    },
+    /// The environment is up and the checkout is in it.
+    #[serde(rename_all = "camelCase")]
+    EnvironmentReady {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The attempt it belongs to.
+        attempt: u32,
+        /// How long `Executor::start` took.
+        start_ms: u64,
+    },
+    /// A cache was restored, or not (see its `hit` and `note`).
+    #[serde(rename_all = "camelCase")]
+    CacheRestored {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// What happened, as the result records it.
+        cache: CacheResult,
+    },
+    /// A step began.
+    #[serde(rename_all = "camelCase")]
+    StepStarted {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The attempt it belongs to.
+        attempt: u32,
+        /// The step's name.
+        step: String,
+        /// Its place in `RunSpec::steps`, from 0.
+        index: usize,
+    },
+    /// A piece of a step's output, masked, as it arrived. Pieces may end
+    /// anywhere, even inside a UTF-8 sequence; [`JsonLines`] joins them.
+    #[serde(rename_all = "camelCase")]
+    Output {
+        /// When it arrived.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The step that printed it, if a step was running.
+        step: Option<String>,
+        /// Which stream.
+        stream: OutputStream,
+        /// The bytes, decoded lossily; [`Event::output_bytes`] has them as
+        /// they came.
+        text: String,
+        /// The bytes as they came.
+        #[serde(skip)]
+        bytes: Vec<u8>,
+    },
+    /// A step ended.
+    #[serde(rename_all = "camelCase")]
+    StepFinished {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The attempt it belongs to.
+        attempt: u32,
+        /// The step's name.
+        step: String,
+        /// How it ended.
+        status: StepStatus,
+        /// Its exit code, when it has one.
+        exit_code: Option<i32>,
+        /// How long it ran.
+        duration_ms: u64,
+        /// Why it did not succeed.
+        failure: Option<Failure>,
+    },
+    /// A cache was saved, or not (see its `saved` and `note`).
+    #[serde(rename_all = "camelCase")]
+    CacheSaved {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// What happened, as the result records it.
+        cache: CacheResult,
+    },
+    /// The outputs folder was brought back (or bringing it back failed;
+    /// then `failure` says why).
+    #[serde(rename_all = "camelCase")]
+    OutputsCollected {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// How long it took.
+        ms: u64,
+        /// Entries refused as unsafe or over the limits.
+        refused: u64,
+        /// Why nothing or not everything came back.
+        failure: Option<Failure>,
+    },
+    /// A line of the runner's own (`==> ...` in the text log) that no
+    /// other event stands for: pulls, waits, warnings.
+    #[serde(rename_all = "camelCase")]
+    Message {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The line, masked.
+        text: String,
+    },
+    /// The run ended; the result is the one the driver returns, masked.
+    #[serde(rename_all = "camelCase")]
+    RunFinished {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The whole result.
+        result: Box<RunResult>,
+    },
+}
+
+impl Event {
+    /// An output event of `bytes` from `stream`, arriving now.
+    pub(crate) fn output(step: Option<String>, stream: OutputStream, bytes: &[u8]) -> Self {
+        Event::Output {
+            at: OffsetDateTime::now_utc(),
+            step,
+            stream,
+            text: String::from_utf8_lossy(bytes).into_owned(),
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    /// The event with `masker`'s values masked in every text it holds.
+    pub(crate) fn masked(mut self, masker: &Masker) -> Self {
+        if masker.is_empty() {
+            return self;
+        }
+        match &mut self {
+            Event::RunStarted { name, runner, .. } => {
+                masker.mask_string(name);
+                masker.mask_string(runner);
+            }
+            Event::StepStarted { step, .. } => masker.mask_string(step),
+            Event::StepFinished { step, failure, .. } => {
+                masker.mask_string(step);
+                for text in failure.iter_mut().flat_map(Failure::texts) {
+                    masker.mask_string(text);
+                }
+            }
+            Event::OutputsCollected {
+                failure: Some(f), ..
+            } => f.texts().for_each(|t| masker.mask_string(t)),
+            Event::CacheRestored { cache, .. } | Event::CacheSaved { cache, .. } => {
+                masker.mask_string(&mut cache.path);
+                if let Some(note) = &mut cache.note {
+                    masker.mask_string(note);
+                }
+            }
+            Event::Message { text, .. } => masker.mask_string(text),
+            Event::RunFinished { result, .. } => result.mask(masker),
+            // Output is masked as a stream before it becomes an event.
+            Event::Output { .. }
+            | Event::EnvironmentReady { .. }
+            | Event::OutputsCollected { .. } => {}
+        }
+        self
+    }
+
+    /// The bytes of an [`Event::Output`], as they came.
+    pub fn output_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Event::Output { bytes, .. } => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// When it happened.
+    pub fn at(&self) -> OffsetDateTime {
+        match self {
+            Event::RunStarted { at, .. }
+            | Event::EnvironmentReady { at, .. }
+            | Event::CacheRestored { at, .. }
+            | Event::StepStarted { at, .. }
+            | Event::Output { at, .. }
+            | Event::StepFinished { at, .. }
+            | Event::CacheSaved { at, .. }
+            | Event::OutputsCollected { at, .. }
+            | Event::Message { at, .. }
+            | Event::RunFinished { at, .. } => *at,
+        }
+    }
+
+    /// The runner line the text log shows for this event, if it shows one
+    /// (output is shown as it is; cache events follow the lines the cache
+    /// phase writes itself).
+    pub(crate) fn line(&self) -> Option<String> {
+        Some(match self {
+            Event::RunStarted {
+                name,
+                runner,
+                executor,
+                ..
+            } => format!("run {name} on {executor} executor, runner {runner}"),
+            Event::EnvironmentReady { start_ms, .. } => {
+                format!("environment ready ({})", seconds(*start_ms))
+            }
+            Event::StepStarted { step, .. } => format!("step {step}: started"),
+            Event::StepFinished {
+                step,
+                status,
+                exit_code,
+                duration_ms,
+                ..
+            } => {
+                let code = exit_code.map_or_else(|| "no exit code".into(), |c| format!("exit {c}"));
+                format!(
+                    "step {step}: {} ({code}, {})",
+                    status.as_str(),
+                    seconds(*duration_ms)
+                )
+            }
+            Event::OutputsCollected {
+                ms, failure: None, ..
+            } => format!("outputs collected ({})", seconds(*ms)),
+            Event::Message { text, .. } => text.clone(),
+            Event::RunFinished { result, .. } => {
+                format!("run {}: {}", result.name, result.status.as_str())
+            }
+            Event::OutputsCollected { .. }
+            | Event::Output { .. }
+            | Event::CacheRestored { .. }
+            | Event::CacheSaved { .. } => return None,
+        })
+    }
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
+}
+
+/// A consumer of a run's events; see the [module docs](self).
+///
+/// Called once per event, in the order of the run, never concurrently.
+/// For a log made with [`RunLog::new`](crate::RunLog::new) (and `create`,
+/// `stdout`), calls come from the log's own writer thread: a sink may
+/// block (write a file, send on a bounded channel), which holds back the
+/// step's output as a slow log does, but never the async runtime. For an
+/// inline log they come from the task that writes to it, and must not
+/// block.
+///
+/// Any `Fn(&Event) + Send + Sync` is a sink.
+pub trait EventSink: Send + Sync {
+    /// Takes one event.
+    fn event(&self, event: &Event);
+}
+
+impl<F: Fn(&Event) + Send + Sync> EventSink for F {
+    fn event(&self, event: &Event) {
+        self(event);
+    }
+}
+
+/// Writes events as JSON lines, one object per line (`--events FILE`).
+///
+/// Output pieces are joined where one ended inside a UTF-8 sequence, so
+/// each line's `text` is exactly the characters the step printed. A failed
+/// write is reported once through `tracing` and the rest is dropped: the
+/// run goes on, as it does when its text log fails.
+///
+/// ```
+/// use executor_core::events::{Event, EventSink, JsonLines};
+/// let lines = JsonLines::new(Vec::new());
+/// lines.event(&Event::message("pulling busybox"));
+/// let text = String::from_utf8(lines.into_inner()).unwrap();
+/// assert!(text.starts_with(r#"{"event":"message","at":""#));
+/// assert!(text.ends_with("\"text\":\"pulling busybox\"}\n"));
+/// ```
+pub struct JsonLines<W: Write + Send> {
+    state: Mutex<JsonState<W>>,
+}
+
+struct JsonState<W> {
+    out: W,
+    /// The start of a UTF-8 sequence a piece of output ended in, per
+    /// stream, waiting for its next piece.
+    tails: [Vec<u8>; 2],
+    failed: bool,
+}
+
+impl<W: Write + Send> JsonLines<W> {
+    /// Writes to `out`.
+    pub fn new(out: W) -> Self {
+        JsonLines {
+            state: Mutex::new(JsonState {
+                out,
+                tails: [Vec::new(), Vec::new()],
+                failed: false,
+            }),
+        }
+    }
+
+    /// The writer back, with everything written.
+    pub fn into_inner(self) -> W {
+        self.state
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .out
+    }
+}
+
+impl JsonLines<io::BufWriter<std::fs::File>> {
+    /// Writes to `path`, created or truncated.
+    ///
+    /// # Errors
+    /// The file cannot be created.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        Ok(Self::new(io::BufWriter::new(std::fs::File::create(path)?)))
+    }
+}
+
+impl Event {
+    /// A runner line as an event, happening now.
+    pub fn message(text: impl Into<String>) -> Self {
+        Event::Message {
+            at: OffsetDateTime::now_utc(),
+            text: text.into(),
+        }
+    }
+}
+
+impl<W: Write + Send> EventSink for JsonLines<W> {
+    fn event(&self, event: &Event) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.failed {
+            return;
+        }
+        let joined;
+        let event = match event {
+            Event::Output {
+                at,
+                step,
+                stream,
+                bytes,
+                ..
+            } => {
+                let tail = &mut state.tails[*stream as usize];
+                tail.extend_from_slice(bytes);
+                let whole = complete_utf8(tail);
+                let rest = tail.split_off(whole);
+                let piece = std::mem::replace(tail, rest);
+                if piece.is_empty() {
+                    return;
+                }
+                joined = Event::Output {
+                    at: *at,
+                    step: step.clone(),
+                    stream: *stream,
+                    text: String::from_utf8_lossy(&piece).into_owned(),
+                    bytes: Vec::new(),
+                };
+                &joined
+            }
+            other => other,
+        };
+        let written = serde_json::to_writer(&mut state.out, event)
+            .map_err(io::Error::from)
+            .and_then(|()| state.out.write_all(b"\n"))
+            // A reader follows the file as the run goes, as it does the log.
+            .and_then(|()| state.out.flush());
+        if let Err(err) = written {
+            state.failed = true;
+            tracing::warn!(%err, "writing run events failed; further events are lost");
+        }
+    }
+}
+
+/// How much of `bytes` ends on a character boundary: everything but an
+/// unfinished UTF-8 sequence at the end (invalid bytes count as whole, to
+/// be shown as U+FFFD).
+fn complete_utf8(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(e) => {
+            // An invalid sequence in the middle: whole up to it and past it,
+            // then look at what follows.
+            let past = e.valid_up_to().saturating_add(e.error_len().unwrap_or(1));
+            past.saturating_add(complete_utf8(bytes.get(past..).unwrap_or_default()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(out: &[u8]) -> Vec<String> {
+        String::from_utf8(out.to_vec())
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn json_lines_join_a_character_split_across_pieces() {
+        let sink = JsonLines::new(Vec::new());
+        let word = "grüße €".as_bytes();
+        for cut in [3, 4, 8] {
+            sink.event(&Event::output(None, OutputStream::Stdout, &word[..cut]));
+            sink.event(&Event::output(None, OutputStream::Stdout, &word[cut..]));
+        }
+        let got = texts(&sink.into_inner());
+        assert_eq!(got.concat(), "grüße €".repeat(3));
+        assert!(got.iter().all(|t| !t.contains('\u{fffd}')), "{got:?}");
+    }
+
+    #[test]
+    fn json_lines_keep_each_streams_tail_apart() {
+        let sink = JsonLines::new(Vec::new());
+        let euro = "€".as_bytes();
+        sink.event(&Event::output(None, OutputStream::Stdout, &euro[..1]));
+        sink.event(&Event::output(None, OutputStream::Stderr, b"err\n"));
+        sink.event(&Event::output(None, OutputStream::Stdout, &euro[1..]));
+        assert_eq!(texts(&sink.into_inner()), ["err\n", "€"]);
+    }
+
+    #[test]
+    fn invalid_bytes_are_shown_not_held() {
+        assert_eq!(complete_utf8(b"a\xffb"), 3);
+        assert_eq!(complete_utf8(b"a\xff\xe2\x82"), 2);
+        assert_eq!(complete_utf8(b""), 0);
+    }
+}
