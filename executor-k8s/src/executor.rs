@@ -100,12 +100,17 @@ impl K8sExecutor {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Every Job, pod and Secret of `runner` that exists now: the probe for leftovers.
+    /// Every Job, pod and Secret of `runner` that exists now: the probe for
+    /// leftovers. A Job already deleted in the foreground is not one: once
+    /// its pods are gone only the garbage collector's removal of the object
+    /// is left, and any pod it still has is listed on its own.
     pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
         let selector = runner_selector(runner);
         let mut found = Vec::new();
         for job in self.cluster.list_jobs(&selector).await? {
-            found.push(format!("job/{}", job.metadata.name.unwrap_or_default()));
+            if job.metadata.deletion_timestamp.is_none() {
+                found.push(format!("job/{}", job.metadata.name.unwrap_or_default()));
+            }
         }
         for secret in self.cluster.list_secrets(&selector).await? {
             found.push(format!(

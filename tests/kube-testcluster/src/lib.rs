@@ -306,14 +306,22 @@ impl TestCluster {
             .into_iter()
             .flat_map(|kind| {
                 let (items, _) = self.shared.store.list(kind, None, &Default::default());
-                items.into_iter().map(move |o| {
-                    format!(
-                        "{}/{}/{}",
-                        kind.name(),
-                        o["metadata"]["namespace"].as_str().unwrap_or_default(),
-                        o["metadata"]["name"].as_str().unwrap_or_default()
-                    )
-                })
+                // A Job deleted in the foreground waits only for the
+                // collector once its pods are gone; its pods are listed.
+                let deleted_job = move |o: &serde_json::Value| {
+                    kind == Kind::Job && !o["metadata"]["deletionTimestamp"].is_null()
+                };
+                items
+                    .into_iter()
+                    .filter(move |o| !deleted_job(o))
+                    .map(move |o| {
+                        format!(
+                            "{}/{}/{}",
+                            kind.name(),
+                            o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                            o["metadata"]["name"].as_str().unwrap_or_default()
+                        )
+                    })
             })
             .collect()
     }
