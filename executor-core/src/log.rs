@@ -776,7 +776,7 @@ mod tests {
 
     #[tokio::test]
     async fn output_events_carry_the_step_the_stream_and_masked_bytes() {
-        let (log, _) = RunLog::memory();
+        let (log, captured) = RunLog::memory();
         let events = Arc::new(Mutex::new(Vec::new()));
         let seen = events.clone();
         log.add_sink(Arc::new(move |event: &Event| {
@@ -822,6 +822,11 @@ mod tests {
         assert!(outputs
             .iter()
             .any(|o| o.1 == OutputStream::Stderr && o.2 == "warn\n"));
+        // One mask per stream: stderr output between the two halves of a
+        // secret on stdout does not release the first half.
+        let text = captured.text();
+        assert!(!text.contains("hun") && !text.contains("ter22"), "{text}");
+        assert_eq!(text, "==> step build: started\npw=warn\n[MASKED]\n");
     }
 
     #[tokio::test]
