@@ -28,6 +28,7 @@ mod executor;
 mod framed;
 mod job;
 mod kube_cluster;
+mod pod_status;
 mod wait;
 mod yaml;
 

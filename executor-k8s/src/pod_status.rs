@@ -1,0 +1,356 @@
+//! What a pod's status says: ready, still coming, or never going to run
+//! (and what kind of failure that is); and, for a pod a step's exec ended
+//! on, what happened to it.
+
+use executor_core::{ExecutorError, FailureKind};
+use k8s_openapi::api::core::v1::Pod;
+
+/// Waiting reasons that will not heal by waiting longer, with the kind of
+/// failure each is.
+const FATAL_WAITING: &[(&str, FailureKind)] = &[
+    ("ImagePullBackOff", FailureKind::Image),
+    ("ErrImagePull", FailureKind::Image),
+    ("InvalidImageName", FailureKind::Image),
+    ("ErrImageNeverPull", FailureKind::Image),
+    // The pod's own configuration is wrong (runAsNonRoot with a root
+    // image, a missing Secret key): the run's input.
+    ("CreateContainerConfigError", FailureKind::Input),
+    ("CreateContainerError", FailureKind::Internal),
+    ("RunContainerError", FailureKind::Internal),
+];
+/// Pod reasons of a pod the node gave up, rather than one that was deleted
+/// or whose container failed: eviction, preemption, a node shut down or lost.
+const EVICTED_REASONS: &[&str] = &[
+    "Evicted",
+    "Preempting",
+    "Shutdown",
+    "NodeShutdown",
+    "Terminated",
+    "NodeLost",
+    "UnexpectedAdmissionError",
+];
+
+/// What happened to a pod that will not run (or run on), and what kind of
+/// failure it is, from the pod's own status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fate {
+    /// The kind the status shows: `oom`, `evicted`, `image`, ...
+    pub kind: FailureKind,
+    /// Whether a fresh attempt could fix it.
+    pub retryable: bool,
+    /// What the status says, in words.
+    pub message: String,
+    /// The container's exit code, when it terminated.
+    pub exit_code: Option<i32>,
+}
+
+impl Fate {
+    fn new(kind: FailureKind, message: String) -> Self {
+        Fate {
+            kind,
+            retryable: kind.retryable(),
+            message,
+            exit_code: None,
+        }
+    }
+
+    /// The error this fate is, for the call `context`.
+    pub fn into_error(self, context: impl Into<String>) -> ExecutorError {
+        match self.kind {
+            FailureKind::Image => ExecutorError::image(context, self.message, self.retryable),
+            kind => ExecutorError::classified(kind, context, self.message),
+        }
+    }
+}
+
+/// What a pod's status says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Running and Ready.
+    Ready,
+    /// Still coming; the summary says where it is.
+    Pending(String),
+    /// Not placed on a node yet (PodScheduled False): normal while a node
+    /// is rented, `unschedulable` if it lasts past the pod timeout.
+    Unscheduled(String),
+    /// Will never run; the fate says why.
+    Fatal(Fate),
+}
+
+/// Reads a pod's status.
+pub fn pod_state(pod: &Pod) -> PodState {
+    let Some(status) = &pod.status else {
+        return PodState::Pending("no status yet".into());
+    };
+    let phase = status.phase.as_deref().unwrap_or("Pending");
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let waiting = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.state.as_ref()?.waiting.clone());
+    let terminated = terminated_state(pod);
+    match phase {
+        "Failed" | "Succeeded" => {
+            let reason = status
+                .reason
+                .clone()
+                .or_else(|| terminated.as_ref().and_then(|t| t.reason.clone()))
+                .unwrap_or_else(|| phase.to_string());
+            let message = status.message.clone().unwrap_or_default();
+            let mut fate = Fate::new(
+                end_kind(pod),
+                format!("the pod ended ({phase}): {reason} {message}")
+                    .trim()
+                    .to_string(),
+            );
+            fate.exit_code = terminated.map(|t| t.exit_code);
+            return PodState::Fatal(fate);
+        }
+        "Running"
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True") =>
+        {
+            return PodState::Ready
+        }
+        _ => {}
+    }
+    if let Some(w) = &waiting {
+        let reason = w.reason.clone().unwrap_or_default();
+        let message = w.message.clone().unwrap_or_default();
+        if let Some((_, kind)) = FATAL_WAITING.iter().find(|(r, _)| *r == reason) {
+            let mut fate = Fate::new(
+                *kind,
+                format!("{reason}: {message}")
+                    .trim_end_matches(": ")
+                    .to_string(),
+            );
+            // A pull that failed on the network may pass next time; a
+            // missing or misnamed image will not.
+            fate.retryable = *kind == FailureKind::Image
+                && reason != "InvalidImageName"
+                && executor_core::failure::transient_pull_error(&message);
+            return PodState::Fatal(fate);
+        }
+        return PodState::Pending(format!("{phase}, {reason}"));
+    }
+    if let Some(c) = conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    {
+        return PodState::Unscheduled(format!(
+            "{phase}, not scheduled: {} {}",
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default()
+        ));
+    }
+    PodState::Pending(phase.to_string())
+}
+
+fn terminated_state(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.clone())
+}
+
+/// The kind of an ended pod: `evicted` when the node gave it up (its
+/// reason, or the DisruptionTarget condition Kubernetes adds for
+/// eviction, preemption and node loss), `oom` when its container was
+/// OOM-killed, else `environmentLost`.
+fn end_kind(pod: &Pod) -> FailureKind {
+    let status = pod.status.as_ref();
+    let disrupted = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "DisruptionTarget" && c.status == "True");
+    let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or_default();
+    if disrupted || EVICTED_REASONS.contains(&reason) {
+        FailureKind::Evicted
+    } else if terminated_state(pod).and_then(|t| t.reason).as_deref() == Some("OOMKilled") {
+        FailureKind::Oom
+    } else {
+        FailureKind::EnvironmentLost
+    }
+}
+
+/// What a pod's object says happened to it, if it says anything yet: why a
+/// step's exec ended without a status. `None` for a pod that still looks
+/// healthy.
+pub fn pod_fate(name: &str, pod: Option<&Pod>) -> Option<Fate> {
+    let Some(pod) = pod else {
+        return Some(Fate::new(
+            FailureKind::EnvironmentLost,
+            format!("pod {name} was deleted"),
+        ));
+    };
+    let kind = end_kind(pod);
+    if pod.metadata.deletion_timestamp.is_some() {
+        // A pod preempted or evicted through the API is deleted with a
+        // DisruptionTarget condition: `evicted`, else someone deleted it.
+        let kind = match kind {
+            FailureKind::Evicted => FailureKind::Evicted,
+            _ => FailureKind::EnvironmentLost,
+        };
+        return Some(Fate::new(kind, format!("pod {name} was deleted")));
+    }
+    let status = pod.status.as_ref()?;
+    let terminated = terminated_state(pod);
+    let exit_code = terminated.as_ref().map(|t| t.exit_code);
+    if let Some(reason) = status
+        .reason
+        .as_ref()
+        .filter(|_| status.phase.as_deref() == Some("Failed"))
+    {
+        let mut fate = Fate::new(
+            kind,
+            format!(
+                "pod {name} was {}: {}",
+                reason.to_lowercase(),
+                status.message.clone().unwrap_or_default()
+            ),
+        );
+        fate.exit_code = exit_code;
+        return Some(fate);
+    }
+    let terminated = terminated?;
+    let mut fate = Fate::new(
+        kind,
+        format!(
+            "pod {name}'s container ended: {} (exit {})",
+            terminated.reason.unwrap_or_default(),
+            terminated.exit_code
+        ),
+    );
+    fate.exit_code = exit_code;
+    Some(fate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn failed_pod(reason: &str, conditions: serde_json::Value, terminated: &str) -> Pod {
+        pod(json!({
+            "metadata": {"name": "p"},
+            "status": {
+                "phase": "Failed", "reason": reason, "message": "words",
+                "conditions": conditions,
+                "containerStatuses": [{
+                    "name": "step", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": terminated}}
+                }]
+            }
+        }))
+    }
+
+    #[test]
+    fn an_ended_pod_is_evicted_oom_or_lost_as_its_status_says() {
+        let evicted = failed_pod("Evicted", json!([]), "Error");
+        assert_eq!(
+            pod_fate("p", Some(&evicted)).unwrap().kind,
+            FailureKind::Evicted
+        );
+        let disrupted = failed_pod(
+            "",
+            json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]),
+            "Error",
+        );
+        assert_eq!(
+            pod_fate("p", Some(&disrupted)).unwrap().kind,
+            FailureKind::Evicted
+        );
+        let oom = pod(json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "step", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+            }]}
+        }));
+        let fate = pod_fate("p", Some(&oom)).unwrap();
+        assert_eq!((fate.kind, fate.exit_code), (FailureKind::Oom, Some(137)));
+        assert_eq!(
+            pod_fate("p", None).unwrap().kind,
+            FailureKind::EnvironmentLost
+        );
+        // Deleted by someone, or deleted for a preemption.
+        let mut deleted = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Running"}}));
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(
+            pod_fate("p", Some(&deleted)).unwrap().kind,
+            FailureKind::EnvironmentLost
+        );
+        let mut preempted = disrupted.clone();
+        preempted.metadata.deletion_timestamp = deleted.metadata.deletion_timestamp.clone();
+        assert_eq!(
+            pod_fate("p", Some(&preempted)).unwrap().kind,
+            FailureKind::Evicted
+        );
+    }
+
+    #[test]
+    fn a_pull_is_retryable_only_when_the_registry_did_not_answer() {
+        let waiting = |reason: &str, message: &str| {
+            pod(json!({
+                "metadata": {"name": "p"},
+                "status": {"phase": "Pending", "containerStatuses": [{
+                    "name": "step", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": reason, "message": message}}
+                }]}
+            }))
+        };
+        let fate = |p: &Pod| match pod_state(p) {
+            PodState::Fatal(fate) => (fate.kind, fate.retryable),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            fate(&waiting(
+                "ErrImagePull",
+                "failed to pull: dial tcp 10.0.0.1:443: i/o timeout"
+            )),
+            (FailureKind::Image, true)
+        );
+        assert_eq!(
+            fate(&waiting(
+                "ErrImagePull",
+                "failed to pull and unpack image: not found"
+            )),
+            (FailureKind::Image, false)
+        );
+        assert_eq!(
+            fate(&waiting(
+                "InvalidImageName",
+                "couldn't parse image name: timeout"
+            )),
+            (FailureKind::Image, false)
+        );
+        assert_eq!(
+            fate(&waiting(
+                "CreateContainerConfigError",
+                "container has runAsNonRoot and image will run as root"
+            )),
+            (FailureKind::Input, false)
+        );
+        let unscheduled = pod(json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes"}
+            ]}
+        }));
+        assert!(matches!(pod_state(&unscheduled), PodState::Unscheduled(_)));
+    }
+}
