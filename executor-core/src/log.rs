@@ -287,10 +287,7 @@ impl RunLog {
             inner.at_line_start = true;
             inner.guard.line_starts();
             let at = event.at();
-            let text = match inner.stamps.as_mut() {
-                Some(stamper) => stamper.stamp(&text, at),
-                None => text,
-            };
+            let text = stamped(&mut inner.stamps, &text, || at);
             let Inner { dest, failed, .. } = &mut *inner;
             dest.write(text, 0, failed);
         }
@@ -333,10 +330,7 @@ impl RunLog {
         } else if !guarded.is_empty() {
             *at_line_start = guarded.ends_with(b"\n");
         }
-        let text = match stamps.as_mut() {
-            Some(stamper) => stamper.stamp(guarded, time::OffsetDateTime::now_utc()),
-            None => guarded.clone(),
-        };
+        let text = stamped(stamps, guarded, time::OffsetDateTime::now_utc);
         match event {
             // The event releases the budget: it is handled after the text,
             // so a slow sink holds output back as a slow log does.
@@ -520,10 +514,11 @@ impl Inner {
             return;
         }
         self.at_line_start = self.guarded.ends_with(b"\n");
-        let bytes = match self.stamps.as_mut() {
-            Some(stamper) => stamper.stamp(&self.guarded, time::OffsetDateTime::now_utc()),
-            None => self.guarded.clone(),
-        };
+        let bytes = stamped(
+            &mut self.stamps,
+            &self.guarded,
+            time::OffsetDateTime::now_utc,
+        );
         self.dest.write(bytes, 0, &mut self.failed);
     }
 }
@@ -624,6 +619,19 @@ impl Dest {
                 let _ = to_writer.send(Message::Write(bytes, permits));
             }
         }
+    }
+}
+
+/// `bytes` as the text log gets them: with the time in front of every line
+/// when it is stamped (the clock is read only then).
+fn stamped(
+    stamps: &mut Option<Stamper>,
+    bytes: &[u8],
+    at: impl FnOnce() -> time::OffsetDateTime,
+) -> Vec<u8> {
+    match stamps {
+        Some(stamper) => stamper.stamp(bytes, at()),
+        None => bytes.to_vec(),
     }
 }
 
