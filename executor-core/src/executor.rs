@@ -1,4 +1,4 @@
-//! The [`Executor`] trait: the five operations every backend implements.
+//! The [`Executor`] trait: the six operations every backend implements.
 
 use std::path::Path;
 
@@ -120,11 +120,14 @@ pub struct CleanupReport {
 
 /// A backend that gives a run one long-lived environment.
 ///
-/// The five operations are called by [`run`](crate::run) in this order:
-/// `start` once; `command` once per step; `outputs` once, even after a
-/// failed step; `stop` exactly once, on every path, if `start` succeeded.
-/// `cleanup` is independent of any run. `copy_in` and `copy_out` move
-/// caches: after `start` and after the last step, when the run has caches.
+/// The trait is the six operations backends really differ in: `start`,
+/// `command`, `copy_in`, `copy_out`, `stop` and `cleanup` (with `kind`
+/// naming the backend and `check` refusing what it cannot run). The
+/// driver, [`run`](crate::run), calls them in this order: `start` once;
+/// `copy_in` for each cache found; `command` once per step; `copy_out`
+/// for each cache to save and then once for the outputs folder, even
+/// after a failed step; `stop` exactly once, on every path, if `start`
+/// succeeded. `cleanup` is independent of any run.
 ///
 /// Backends must honour the `interrupt` token passed to `start` and
 /// `command`: when it fires they kill what they started for that operation
@@ -160,7 +163,6 @@ pub trait Executor: Send + Sync {
     /// #   fn kind(&self) -> &str { "nothing" }
     /// #   async fn start(&self, _: &executor_core::RunSpec, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::RunHandle, executor_core::ExecutorError> { unimplemented!() }
     /// #   async fn command(&self, _: &executor_core::RunHandle, _: &executor_core::StepCommand, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::CommandOutcome, executor_core::ExecutorError> { unimplemented!() }
-    /// #   async fn outputs(&self, _: &executor_core::RunHandle, _: &std::path::Path) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { unimplemented!() }
     /// #   async fn copy_in(&self, _: &executor_core::RunHandle, _: &std::path::Path, _: &str) -> Result<(), executor_core::ExecutorError> { unimplemented!() }
     /// #   async fn copy_out(&self, _: &executor_core::RunHandle, _: &str, _: &std::path::Path, _: executor_core::tar::UnpackLimits) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { unimplemented!() }
     /// #   async fn stop(&self, _: &executor_core::RunHandle) -> Result<(), executor_core::ExecutorError> { unimplemented!() }
@@ -228,20 +230,6 @@ pub trait Executor: Send + Sync {
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError>;
 
-    /// Streams the environment's `outputs_dir` into the host folder `dest`
-    /// through the untrusted unpacker. Entries it refuses are skipped and
-    /// named in the summary; the error is for a stream refused as a whole
-    /// or an environment that could not be read.
-    ///
-    /// # Errors
-    /// [`ExecutorError::Unpack`] for a stream refused as a whole (too
-    /// large, broken); `Backend` for an environment that could not be read.
-    ///
-    /// # Cancellation
-    /// Dropping the future stops the copy; what was unpacked stays in
-    /// `dest`. The driver bounds it with `RunSpec::outputs_timeout`.
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError>;
-
     /// Streams the host folder `src` into `path` inside the environment,
     /// creating it: how caches are restored. `path` is absolute, as
     /// [`CacheSpec::resolve`](crate::CacheSpec::resolve) gives it.
@@ -256,15 +244,22 @@ pub trait Executor: Send + Sync {
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError>;
 
     /// Streams `path` inside the environment into the host folder `dest`
-    /// through the untrusted unpacker with `limits`: how caches are saved.
+    /// (creating it) through the untrusted unpacker with `limits`: how the
+    /// outputs folder ([`RunHandle::outputs_dir`]) comes back and how
+    /// caches are saved. Entries the unpacker refuses (links leading out,
+    /// special files, ...) are skipped and named in the summary.
     ///
     /// # Errors
-    /// As [`Executor::outputs`]; `UnpackError::TooLarge` past
-    /// `limits.max_bytes`.
+    /// [`ExecutorError::Unpack`] for a stream refused as a whole
+    /// (`UnpackError::TooLarge` past `limits.max_bytes`, a broken
+    /// archive); `Backend` for an environment that could not be read;
+    /// `InvalidInput` for a `path` this backend will not read (the shell
+    /// reads nothing outside the run folder).
     ///
     /// # Cancellation
     /// Dropping the future stops the copy; `dest` holds part of it, which
     /// is why the cache store fills a fresh folder and swaps it in whole.
+    /// The driver bounds the outputs copy with `RunSpec::outputs_timeout`.
     async fn copy_out(
         &self,
         run: &RunHandle,

@@ -1,4 +1,4 @@
-//! The five operations, mapped onto the [`Engine`] seam.
+//! The six operations, mapped onto the [`Engine`] seam.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -524,11 +524,6 @@ impl Executor for DockerExecutor {
                 })
             }
         }
-    }
-
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
-        self.copy_out(run, &run.outputs_dir, dest, self.options.unpack_limits)
-            .await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {

@@ -32,7 +32,6 @@ mod executor;
 use std::sync::Arc;
 use std::time::Duration;
 
-use executor_core::tar::UnpackLimits;
 use executor_core::ExecutorError;
 
 pub use bollard_engine::BollardEngine;
@@ -83,8 +82,6 @@ pub struct DockerOptions {
     /// Added to the run's lifetime (run timeout plus outputs timeout) for
     /// the container's expiry label, after which cleanup may remove it.
     pub expiry_grace: Duration,
-    /// Caps on what `/outputs` may bring back.
-    pub unpack_limits: UnpackLimits,
 }
 
 impl Default for DockerOptions {
@@ -100,7 +97,6 @@ impl Default for DockerOptions {
             cap_add: Vec::new(),
             read_only: false,
             expiry_grace: Duration::from_secs(300),
-            unpack_limits: UnpackLimits::default(),
         }
     }
 }

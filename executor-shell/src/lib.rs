@@ -283,21 +283,6 @@ impl Executor for ShellExecutor {
         Ok(finished.outcome)
     }
 
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
-        if let Some(plan) = &self.plan {
-            plan.outputs(run, dest);
-            return Ok(UnpackSummary::default());
-        }
-        std::fs::create_dir_all(dest)
-            .map_err(|e| ExecutorError::io("creating the outputs folder", dest, e))?;
-        Ok(unpack_untrusted(
-            pack_dir(Path::new(&run.outputs_dir)),
-            dest,
-            UnpackLimits::default(),
-        )
-        .await?)
-    }
-
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
         let target = inside_run(run, path)?;
         if let Some(plan) = &self.plan {

@@ -79,10 +79,6 @@ impl Plan {
         CommandOutcome::exited(0)
     }
 
-    pub(crate) fn outputs(&self, run: &RunHandle, dest: &Path) {
-        self.say(format!("tar {} -> {}", run.outputs_dir, dest.display()));
-    }
-
     pub(crate) fn copy(&self, from: &str, to: &str) {
         self.say(format!("tar {from} -> {to}"));
     }

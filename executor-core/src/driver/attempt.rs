@@ -162,7 +162,7 @@ pub(super) async fn run_attempt(
         }
     }
 
-    collect_outputs(executor, &handle, spec, log, &mut record).await;
+    collect_outputs(executor, &handle, spec, options, log, &mut record).await;
     stop_once(executor, &handle, log, options.grace, &mut record).await;
     record.ended()
 }
@@ -172,6 +172,7 @@ async fn collect_outputs(
     executor: &dyn Executor,
     handle: &RunHandle,
     spec: &RunSpec,
+    options: &DriverOptions,
     log: &RunLog,
     record: &mut AttemptRecord,
 ) {
@@ -179,7 +180,12 @@ async fn collect_outputs(
     let began = Instant::now();
     let collected = tokio::time::timeout(
         spec.outputs_timeout,
-        executor.outputs(handle, &spec.outputs),
+        executor.copy_out(
+            handle,
+            &handle.outputs_dir,
+            &spec.outputs,
+            options.output_limits,
+        ),
     )
     .await;
     record.phases.outputs_ms = millis(began);

@@ -15,6 +15,7 @@ use self::supervise::Watch;
 use crate::cache::CacheStore;
 use crate::events::Event;
 use crate::result::manifest;
+use crate::tar::UnpackLimits;
 use crate::{Attempt, Executor, Failure, RetryPolicy, RunLog, RunResult, RunSpec, RunStatus};
 
 /// How long an interrupted operation, and `stop`, may take before the
@@ -31,6 +32,9 @@ pub struct DriverOptions {
     pub caches: Option<CacheStore>,
     /// When a failed run is run again; by default never.
     pub retry: RetryPolicy,
+    /// The limits of the outputs folder coming back (size, entries); the
+    /// bytes and entries past them are refused, and the run says so.
+    pub output_limits: UnpackLimits,
 }
 
 impl Default for DriverOptions {
@@ -39,6 +43,7 @@ impl Default for DriverOptions {
             grace: DEFAULT_GRACE,
             caches: None,
             retry: RetryPolicy::default(),
+            output_limits: UnpackLimits::default(),
         }
     }
 }
@@ -54,7 +59,6 @@ impl Default for DriverOptions {
 /// #   fn kind(&self) -> &str { "nothing" }
 /// #   async fn start(&self, _: &executor_core::RunSpec, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::RunHandle, executor_core::ExecutorError> { Ok(executor_core::RunHandle::in_container("x")) }
 /// #   async fn command(&self, _: &executor_core::RunHandle, _: &executor_core::StepCommand, _: &executor_core::RunLog, _: tokio_util::sync::CancellationToken) -> Result<executor_core::CommandOutcome, executor_core::ExecutorError> { Ok(executor_core::CommandOutcome::exited(0)) }
-/// #   async fn outputs(&self, _: &executor_core::RunHandle, _: &std::path::Path) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { Ok(Default::default()) }
 /// #   async fn copy_in(&self, _: &executor_core::RunHandle, _: &std::path::Path, _: &str) -> Result<(), executor_core::ExecutorError> { Ok(()) }
 /// #   async fn copy_out(&self, _: &executor_core::RunHandle, _: &str, _: &std::path::Path, _: executor_core::tar::UnpackLimits) -> Result<executor_core::tar::UnpackSummary, executor_core::ExecutorError> { Ok(Default::default()) }
 /// #   async fn stop(&self, _: &executor_core::RunHandle) -> Result<(), executor_core::ExecutorError> { Ok(()) }

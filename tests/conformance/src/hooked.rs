@@ -104,9 +104,6 @@ impl Executor for Hooked<'_> {
         }
         self.inner().command(run, step, log, interrupt).await
     }
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
-        self.inner().outputs(run, dest).await
-    }
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
         self.inner().copy_in(run, src, path).await
     }
