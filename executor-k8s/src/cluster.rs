@@ -1,36 +1,71 @@
 //! The seam: the few Kubernetes API calls the executor makes.
 //!
-//! [`Cluster`] is implemented by the real client ([`KubeCluster`](crate::KubeCluster))
-//! and by the dry-run ([`DryRunCluster`](crate::DryRunCluster)), so what a
-//! dry-run prints and what a run does are one sequence of calls.
+//! [`Cluster`] is implemented by the real client ([`KubeCluster`](crate::KubeCluster)),
+//! by the dry-run ([`DryRunCluster`](crate::DryRunCluster)) and by mocks in
+//! unit tests, so what a dry-run prints and what a run does are one
+//! sequence of calls. An exec is an [`ExecSession`]: streams and a status,
+//! above the wire protocol the cluster speaks.
 
 use std::pin::Pin;
 
 use async_trait::async_trait;
 use executor_core::ExecutorError;
-use futures_util::{Sink, Stream};
+use futures_util::Stream;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::WatchEvent;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
 
-/// A WebSocket, as an exec's channel.
-pub trait WebSocket:
-    Stream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Send + Unpin
-{
-}
-impl<T> WebSocket for T where
-    T: Stream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Send + Unpin
-{
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The command exited with this code.
+    Exited(i32),
+    /// The server reported a failure that is not an exit code.
+    Failed(String),
+    /// The exec ended without a status: the connection broke or closed.
+    Closed(String),
+    /// The interrupt token fired first.
+    Interrupted,
 }
 
-/// An open exec.
-pub struct ExecConnection {
-    /// The WebSocket carrying the exec's channels.
-    pub socket: Pin<Box<dyn WebSocket>>,
-    /// Whether the server chose `v5.channel.k8s.io`, which can close stdin alone.
-    pub v5: bool,
+/// What an exec's command reads and writes.
+pub struct ExecIo<'a> {
+    /// Streamed into the command's stdin, if the exec was opened with
+    /// stdin; its end is the command's end of file where the protocol can
+    /// close stdin alone ([`ExecSession::closes_stdin`]).
+    pub stdin: Option<&'a mut (dyn AsyncRead + Send + Unpin)>,
+    /// Where the command's stdout goes, as it arrives.
+    pub stdout: &'a mut (dyn AsyncWrite + Send + Unpin),
+    /// Where the command's stderr goes, as it arrives.
+    pub stderr: &'a mut (dyn AsyncWrite + Send + Unpin),
+}
+
+/// An exec the cluster has started: stdin in, stdout and stderr out, and
+/// a status at the end. The wire protocol (`v5.channel.k8s.io` or
+/// `v4.channel.k8s.io`) is the cluster's choice and stays behind this.
+#[async_trait]
+pub trait ExecSession: Send {
+    /// Whether stdin can end while the command runs (v5). Where it cannot
+    /// (v4), ending stdin ends the exec and loses its status, so a stream
+    /// in must carry its own end (see the framed copy).
+    fn closes_stdin(&self) -> bool;
+
+    /// Moves the streams until the command ends, and says how it ended.
+    /// A slow writer holds the output back; `interrupt` ends the session
+    /// at once with [`Ended::Interrupted`] (the command itself is not
+    /// killed: that is the caller's next exec).
+    ///
+    /// # Errors
+    /// `Backend` when stdin could not be read or the output not written;
+    /// a broken connection is [`Ended::Closed`], not an error.
+    async fn finish(
+        self: Box<Self>,
+        io: ExecIo<'_>,
+        interrupt: &CancellationToken,
+    ) -> Result<Ended, ExecutorError>;
 }
 
 /// A stream of pod watch events.
@@ -71,14 +106,15 @@ pub trait Cluster: Send + Sync {
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name={pod}`.
     async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError>;
-    /// `GET /api/v1/namespaces/{ns}/pods/{pod}/exec?command=...` upgraded to a WebSocket.
+    /// `GET /api/v1/namespaces/{ns}/pods/{pod}/exec?command=...`: starts
+    /// `argv` in the container, with stdin attached if `stdin`.
     async fn exec(
         &self,
         pod: &str,
         container: &str,
         argv: &[String],
         stdin: bool,
-    ) -> Result<ExecConnection, ExecutorError>;
+    ) -> Result<Box<dyn ExecSession>, ExecutorError>;
     /// `DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}` with foreground propagation; gone is fine.
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError>;
     /// `DELETE /api/v1/namespaces/{ns}/secrets/{name}`; gone is fine.

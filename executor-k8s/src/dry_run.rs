@@ -5,14 +5,13 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use executor_core::ExecutorError;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::WatchEvent;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use crate::cluster::{Cluster, ExecConnection, PodEvents};
+use crate::cluster::{Cluster, Ended, ExecIo, ExecSession, PodEvents};
 
 /// Prints each call as `METHOD /path` (for an exec, its command), and the
 /// Job as YAML. Secret values are never printed, only their keys.
@@ -164,19 +163,12 @@ impl Cluster for DryRunCluster {
         container: &str,
         argv: &[String],
         stdin: bool,
-    ) -> Result<ExecConnection, ExecutorError> {
+    ) -> Result<Box<dyn ExecSession>, ExecutorError> {
         self.say(format!(
             "GET /api/v1/namespaces/{}/pods/{pod}/exec?container={container}&stdin={stdin} (WebSocket) {argv:?}",
             self.ns()
         ));
-        let success =
-            Message::binary([&[3u8][..], br#"{"metadata":{},"status":"Success"}"#].concat());
-        let stream = futures_util::stream::iter([Ok::<_, WsError>(success)]);
-        let sink = futures_util::sink::drain().sink_map_err(|never| match never {});
-        Ok(ExecConnection {
-            socket: Box::pin(Duplex { stream, sink }),
-            v5: true,
-        })
+        Ok(Box::new(DryExec))
     }
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
         self.say(format!(
@@ -210,45 +202,20 @@ impl Cluster for DryRunCluster {
     }
 }
 
-/// A stream and a sink as one WebSocket-like object.
-struct Duplex<St, Si> {
-    stream: St,
-    sink: Si,
-}
+/// The dry-run's exec: it has started nothing, so it reads no stdin and
+/// ends at once with success (what a run that goes on would see).
+struct DryExec;
 
-impl<St: futures_util::Stream + Unpin, Si: Unpin> futures_util::Stream for Duplex<St, Si> {
-    type Item = St::Item;
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        std::pin::Pin::new(&mut self.stream).poll_next(cx)
+#[async_trait]
+impl ExecSession for DryExec {
+    fn closes_stdin(&self) -> bool {
+        true
     }
-}
-
-impl<St: Unpin, Si: futures_util::Sink<Message> + Unpin> futures_util::Sink<Message>
-    for Duplex<St, Si>
-{
-    type Error = Si::Error;
-    fn poll_ready(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::pin::Pin::new(&mut self.sink).poll_ready(cx)
-    }
-    fn start_send(mut self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
-        std::pin::Pin::new(&mut self.sink).start_send(item)
-    }
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::pin::Pin::new(&mut self.sink).poll_flush(cx)
-    }
-    fn poll_close(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::pin::Pin::new(&mut self.sink).poll_close(cx)
+    async fn finish(
+        self: Box<Self>,
+        _io: ExecIo<'_>,
+        _interrupt: &tokio_util::sync::CancellationToken,
+    ) -> Result<Ended, ExecutorError> {
+        Ok(Ended::Exited(0))
     }
 }

@@ -1,15 +1,18 @@
-//! One exec's life on its WebSocket: stdin in, stdout and stderr out, the
-//! status from the error channel, pings to keep a silent exec alive.
+//! An exec over the `channel.k8s.io` WebSocket protocols: stdin in,
+//! stdout and stderr out, the status from the error channel, pings to
+//! keep a silent exec alive. The executor sees only [`ExecSession`].
 
+use std::pin::Pin;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use executor_core::ExecutorError;
-use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_tungstenite::tungstenite::Message;
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::ExecConnection;
+use crate::cluster::{Ended, ExecIo, ExecSession};
 
 /// Channel numbers of the `channel.k8s.io` protocols.
 const STDIN: u8 = 0;
@@ -19,17 +22,40 @@ const ERROR: u8 = 3;
 /// v5 only: close the stream named in the next byte.
 const CLOSE: u8 = 255;
 
-/// How an exec ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ended {
-    /// The command exited with this code.
-    Exited(i32),
-    /// The server reported a failure that is not an exit code.
-    Failed(String),
-    /// The stream ended without a status.
-    Closed(String),
-    /// The interrupt token fired first.
-    Interrupted,
+/// A WebSocket, as an exec's channel.
+pub(crate) trait WebSocket:
+    Stream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Send + Unpin
+{
+}
+impl<T> WebSocket for T where
+    T: Stream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Send + Unpin
+{
+}
+
+/// An open exec on its WebSocket.
+pub(crate) struct WsExec {
+    socket: Pin<Box<dyn WebSocket>>,
+    /// Whether the server chose `v5.channel.k8s.io`, which can close stdin alone.
+    v5: bool,
+    /// How often a silent exec is pinged.
+    keepalive: Duration,
+}
+
+impl WsExec {
+    pub(crate) fn new(socket: Pin<Box<dyn WebSocket>>, v5: bool, keepalive: Duration) -> Self {
+        WsExec {
+            socket,
+            v5,
+            keepalive,
+        }
+    }
+
+    async fn send(&mut self, frame: Vec<u8>) -> Result<(), ExecutorError> {
+        self.socket
+            .send(Message::binary(frame))
+            .await
+            .map_err(|e| ExecutorError::backend("writing to the exec", e))
+    }
 }
 
 /// Parses the `Status` on the error channel.
@@ -61,65 +87,75 @@ pub fn parse_status(body: &[u8]) -> Ended {
     }
 }
 
-/// Drives an exec to its end. `stdin` is streamed in (and, on v5, closed
-/// at its end; on v4 left open, since closing would close the whole
-/// socket and lose the status); stdout and stderr go to their writers.
-pub async fn drive(
-    mut conn: ExecConnection,
-    mut stdin: Option<&mut (dyn AsyncRead + Send + Unpin)>,
-    stdout: &mut (dyn AsyncWrite + Send + Unpin),
-    stderr: &mut (dyn AsyncWrite + Send + Unpin),
-    interrupt: &CancellationToken,
-    keepalive: Duration,
-) -> Result<Ended, ExecutorError> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-    let write_err = |e: std::io::Error| ExecutorError::backend("writing exec output", e);
-    loop {
-        tokio::select! {
-            biased;
-            _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
-            msg = conn.socket.next() => match msg {
-                Some(Ok(Message::Binary(data))) => match data.first() {
-                    // A slow log holds the output back; an interrupt still ends it.
-                    Some(&STDOUT) => tokio::select! {
-                        written = stdout.write_all(&data[1..]) => written.map_err(write_err)?,
-                        _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+#[async_trait]
+impl ExecSession for WsExec {
+    fn closes_stdin(&self) -> bool {
+        self.v5
+    }
+
+    /// `stdin` is streamed in and, on v5, closed at its end; on v4 it is
+    /// left open, since closing would close the whole socket and lose the
+    /// status.
+    async fn finish(
+        mut self: Box<Self>,
+        io: ExecIo<'_>,
+        interrupt: &CancellationToken,
+    ) -> Result<Ended, ExecutorError> {
+        let ExecIo {
+            mut stdin,
+            stdout,
+            stderr,
+        } = io;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.keepalive, self.keepalive);
+        let write_err = |e: std::io::Error| ExecutorError::backend("writing exec output", e);
+        loop {
+            tokio::select! {
+                biased;
+                _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+                msg = self.socket.next() => match msg {
+                    Some(Ok(Message::Binary(data))) => match data.first() {
+                        // A slow log holds the output back; an interrupt still ends it.
+                        Some(&STDOUT) => tokio::select! {
+                            written = tokio::io::AsyncWriteExt::write_all(stdout, &data[1..]) => written.map_err(write_err)?,
+                            _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+                        },
+                        Some(&STDERR) => tokio::select! {
+                            written = tokio::io::AsyncWriteExt::write_all(stderr, &data[1..]) => written.map_err(write_err)?,
+                            _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+                        },
+                        Some(&ERROR) => return Ok(parse_status(&data[1..])),
+                        _ => {}
                     },
-                    Some(&STDERR) => tokio::select! {
-                        written = stderr.write_all(&data[1..]) => written.map_err(write_err)?,
-                        _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
-                    },
-                    Some(&ERROR) => return Ok(parse_status(&data[1..])),
-                    _ => {}
-                },
-                Some(Ok(Message::Close(frame))) => {
-                    let why = frame.map(|f| f.reason.to_string()).filter(|r| !r.is_empty());
-                    return Ok(Ended::Closed(why.unwrap_or_else(|| "the server closed the exec".into())));
-                }
-                Some(Ok(_)) => {}
-                Some(Err(err)) => return Ok(Ended::Closed(format!("the exec connection broke: {err}"))),
-                None => return Ok(Ended::Closed("the exec connection ended".into())),
-            },
-            n = read_some(&mut stdin, &mut buf), if stdin.is_some() => match n {
-                Ok(0) => {
-                    stdin = None;
-                    if conn.v5 {
-                        send(&mut conn, vec![CLOSE, STDIN]).await?;
+                    Some(Ok(Message::Close(frame))) => {
+                        let why = frame.map(|f| f.reason.to_string()).filter(|r| !r.is_empty());
+                        return Ok(Ended::Closed(why.unwrap_or_else(|| "the server closed the exec".into())));
                     }
+                    Some(Ok(_)) => {}
+                    Some(Err(err)) => return Ok(Ended::Closed(format!("the exec connection broke: {err}"))),
+                    None => return Ok(Ended::Closed("the exec connection ended".into())),
+                },
+                n = read_some(&mut stdin, &mut buf), if stdin.is_some() => match n {
+                    Ok(0) => {
+                        stdin = None;
+                        if self.v5 {
+                            self.send(vec![CLOSE, STDIN]).await?;
+                        }
+                    }
+                    Ok(n) => {
+                        let mut frame = Vec::with_capacity(n + 1);
+                        frame.push(STDIN);
+                        frame.extend_from_slice(&buf[..n]);
+                        self.send(frame).await?;
+                    }
+                    Err(err) => return Err(ExecutorError::backend("streaming into the exec", err)),
+                },
+                _ = ping.tick() => {
+                    // Keeps proxies and load balancers from dropping a silent step.
+                    self.socket.send(Message::Ping(Vec::new().into())).await
+                        .map_err(|e| ExecutorError::backend("keeping the exec alive", e))?;
                 }
-                Ok(n) => {
-                    let mut frame = Vec::with_capacity(n + 1);
-                    frame.push(STDIN);
-                    frame.extend_from_slice(&buf[..n]);
-                    send(&mut conn, frame).await?;
-                }
-                Err(err) => return Err(ExecutorError::backend("streaming into the exec", err)),
-            },
-            _ = ping.tick() => {
-                // Keeps proxies and load balancers from dropping a silent step.
-                conn.socket.send(Message::Ping(Vec::new().into())).await
-                    .map_err(|e| ExecutorError::backend("keeping the exec alive", e))?;
             }
         }
     }
@@ -135,16 +171,161 @@ async fn read_some(
     }
 }
 
-async fn send(conn: &mut ExecConnection, frame: Vec<u8>) -> Result<(), ExecutorError> {
-    conn.socket
-        .send(Message::binary(frame))
-        .await
-        .map_err(|e| ExecutorError::backend("writing to the exec", e))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Waker};
+
     use super::*;
+
+    type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
+
+    /// A WebSocket that answers from a script once what it was sent
+    /// satisfies `until` (stdin fully in, say), and records what it was sent.
+    struct ScriptedSocket {
+        script: VecDeque<Message>,
+        sent: Sent,
+        until: fn(&[Vec<u8>]) -> bool,
+        waker: Option<Waker>,
+    }
+
+    impl Stream for ScriptedSocket {
+        type Item = Result<Message, WsError>;
+        fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            let this = self.get_mut();
+            if !(this.until)(&this.sent.lock().unwrap()) {
+                this.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(this.script.pop_front().map(Ok))
+        }
+    }
+
+    impl Sink<Message> for ScriptedSocket {
+        type Error = WsError;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<(), WsError> {
+            let this = self.get_mut();
+            if let Message::Binary(data) = msg {
+                this.sent.lock().unwrap().push(data.to_vec());
+            }
+            if let Some(waker) = this.waker.take() {
+                waker.wake();
+            }
+            Ok(())
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn session(v5: bool, script: Vec<Message>, until: fn(&[Vec<u8>]) -> bool) -> (WsExec, Sent) {
+        let sent = Sent::default();
+        let socket = ScriptedSocket {
+            script: script.into(),
+            sent: sent.clone(),
+            until,
+            waker: None,
+        };
+        (
+            WsExec::new(Box::pin(socket), v5, Duration::from_secs(60)),
+            sent,
+        )
+    }
+
+    fn frame(channel: u8, body: &[u8]) -> Message {
+        Message::binary([&[channel][..], body].concat())
+    }
+
+    fn stdin_of(sent: &[Vec<u8>]) -> Vec<u8> {
+        sent.iter()
+            .filter(|f| f.first() == Some(&STDIN))
+            .flat_map(|f| f[1..].iter().copied())
+            .collect()
+    }
+
+    /// Drives a session with `stdin`; returns how it ended, stdout and stderr.
+    async fn finish(exec: WsExec, stdin: &[u8]) -> (Ended, Vec<u8>, Vec<u8>) {
+        let (mut input, mut out, mut err) = (stdin, Vec::new(), Vec::new());
+        let io = ExecIo {
+            stdin: Some(&mut input),
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        let ended = Box::new(exec)
+            .finish(io, &CancellationToken::new())
+            .await
+            .unwrap();
+        (ended, out, err)
+    }
+
+    #[tokio::test]
+    async fn on_v5_stdin_ends_with_its_close_frame_and_the_status_follows() {
+        let script = vec![
+            frame(STDOUT, b"out"),
+            frame(STDERR, b"err"),
+            frame(ERROR, br#"{"status":"Success"}"#),
+        ];
+        let (exec, sent) = session(true, script, |s| {
+            s.iter().any(|f| f.as_slice() == [CLOSE, STDIN])
+        });
+        assert!(exec.closes_stdin());
+        let (ended, out, err) = finish(exec, b"archive").await;
+        assert_eq!(
+            (ended, &out[..], &err[..]),
+            (Ended::Exited(0), &b"out"[..], &b"err"[..])
+        );
+        assert_eq!(stdin_of(&sent.lock().unwrap()), b"archive");
+    }
+
+    #[tokio::test]
+    async fn on_v4_stdin_is_never_closed_since_that_would_close_the_exec() {
+        let status = frame(
+            ERROR,
+            br#"{"status":"Failure","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#,
+        );
+        let (exec, sent) = session(false, vec![status], |s| stdin_of(s) == b"all of it");
+        assert!(!exec.closes_stdin());
+        let (ended, _, _) = finish(exec, b"all of it").await;
+        assert_eq!(ended, Ended::Exited(3));
+        assert!(
+            !sent
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|f| f.first() == Some(&CLOSE)),
+            "v4 has no CLOSE"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_ends_without_a_status_is_closed_not_a_success() {
+        let (exec, _) = session(true, vec![frame(STDOUT, b"half")], |_| true);
+        let (ended, out, _) = finish(exec, b"").await;
+        assert!(matches!(ended, Ended::Closed(_)), "{ended:?}");
+        assert_eq!(out, b"half");
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_ends_the_session_at_once() {
+        let (exec, _) = session(true, Vec::new(), |_| false);
+        let interrupt = CancellationToken::new();
+        interrupt.cancel();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let io = ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        let ended = Box::new(exec).finish(io, &interrupt).await.unwrap();
+        assert_eq!(ended, Ended::Interrupted);
+    }
 
     #[test]
     fn statuses() {

@@ -1,4 +1,4 @@
-//! The five operations, mapped onto the [`Cluster`] seam.
+//! The six operations, mapped onto the [`Cluster`] seam.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,8 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
-use crate::cluster::Cluster;
-use crate::exec::{drive, Ended};
+use crate::cluster::{Cluster, Ended, ExecIo, ExecSession};
 use crate::job::{objects, runner_selector, step_key, CONTAINER, STATE_DIR};
 use crate::{wait, K8sOptions};
 
@@ -38,8 +37,92 @@ struct LiveRun {
     pod: String,
     pod_selector: String,
     has_secret: bool,
-    /// Each step's index and its variable names, for the exports.
-    steps: HashMap<String, (usize, Vec<String>)>,
+    /// The variables the pod holds for its steps.
+    carried: Carried,
+}
+
+/// The variables a run's pod holds for its steps, put there at start (the
+/// run's Secret and the container's own environment): a step's variables
+/// never travel in an exec's command line, where the API server's audit
+/// log would keep them. A step gets exactly its [`StepCommand::env`]
+/// from them.
+#[derive(Clone, Default)]
+struct Carried {
+    /// `(name, value)` to the pod variable that holds that value.
+    by_value: HashMap<(String, String), String>,
+    /// Every pod variable that holds one: a step sees none it did not ask for.
+    pod_vars: Vec<String>,
+}
+
+impl Carried {
+    /// What a run started from `run`, whose folders are `handle`'s, carries:
+    /// the standard folders and run variables under their own names, each
+    /// step's variables under [`step_key`].
+    fn of(run: &RunSpec, handle: &RunHandle) -> Self {
+        let mut carried = Carried::default();
+        let own = handle
+            .standard_env()
+            .into_iter()
+            .chain(run.env.iter().cloned());
+        for (name, value) in own {
+            carried.hold(name.clone(), value, name);
+        }
+        for (i, step) in run.steps.iter().enumerate() {
+            for (name, value) in &step.env {
+                carried.hold(name.clone(), value.clone(), step_key(i, name));
+            }
+        }
+        carried
+    }
+
+    fn hold(&mut self, name: String, value: String, pod_var: String) {
+        if !self.pod_vars.contains(&pod_var) {
+            self.pod_vars.push(pod_var.clone());
+        }
+        self.by_value.insert((name, value), pod_var);
+    }
+
+    /// The shell words that give `step` exactly its variables: an export
+    /// for each whose pod variable has another name, an unset for every
+    /// pod variable it did not ask for.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a variable whose value the pod does not hold:
+    /// one that was not in the `RunSpec` the run was started with.
+    fn prelude(&self, step: &StepCommand) -> Result<String, ExecutorError> {
+        // As in a process environment, the last value of a name wins.
+        let mut wanted: Vec<(&str, &str)> = Vec::new();
+        for (name, value) in &step.env {
+            wanted.retain(|(n, _)| n != name);
+            wanted.push((name, value));
+        }
+        let mut prelude = String::new();
+        for (name, value) in &wanted {
+            let key = ((*name).to_string(), (*value).to_string());
+            match self.by_value.get(&key) {
+                Some(pod_var) if pod_var == name => {}
+                Some(pod_var) => prelude.push_str(&format!("export {name}=\"${pod_var}\"; ")),
+                None => {
+                    return Err(ExecutorError::InvalidInput(format!(
+                        "step {}: StepCommand::env {name} has a value the run was not started \
+                         with; the k8s executor carries variables in the run's Secret, set from \
+                         RunSpec::env and Step::env at start, never in an exec's command line",
+                        step.name
+                    )))
+                }
+            }
+        }
+        let unset: Vec<&str> = self
+            .pod_vars
+            .iter()
+            .map(String::as_str)
+            .filter(|var| !wanted.iter().any(|(name, _)| name == var))
+            .collect();
+        if !unset.is_empty() {
+            prelude.push_str(&format!("unset {}; ", unset.join(" ")));
+        }
+        Ok(prelude)
+    }
 }
 
 /// How long the pod's status may lag a container that stopped under a
@@ -134,17 +217,17 @@ impl K8sExecutor {
         stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
         what: &str,
     ) -> Result<(), ExecutorError> {
-        let conn = self
+        let exec = self
             .cluster
             .exec(pod, CONTAINER, &argv, stdin.is_some())
             .await?;
-        self.finish_checked(conn, stdin, stdout, what).await
+        self.finish_checked(exec, stdin, stdout, what).await
     }
 
-    /// Drives an open exec to its end; `Ok` only on exit 0.
+    /// Drives a started exec to its end; `Ok` only on exit 0.
     async fn finish_checked(
         &self,
-        conn: crate::cluster::ExecConnection,
+        exec: Box<dyn ExecSession>,
         stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
         stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
         what: &str,
@@ -152,15 +235,13 @@ impl K8sExecutor {
         // Only the start of a tool's complaint is shown; a hostile `tar` in
         // the pod may print without end.
         let mut stderr = executor_core::text::HeadBuffer::new(4096);
-        let ended = drive(
-            conn,
-            stdin,
-            stdout,
-            &mut stderr,
-            &CancellationToken::new(),
-            self.options.keepalive,
-        )
-        .await?;
+        // Reborrowed: the session's streams live only as long as this call.
+        let io = ExecIo {
+            stdin: stdin.map(|s| s as &mut (dyn tokio::io::AsyncRead + Send + Unpin)),
+            stdout: &mut *stdout,
+            stderr: &mut stderr,
+        };
+        let ended = exec.finish(io, &CancellationToken::new()).await?;
         let said = stderr.text();
         match ended {
             Ended::Exited(0) => Ok(()),
@@ -198,17 +279,18 @@ impl K8sExecutor {
                 "-C".into(),
                 target.into(),
             ];
-            let conn = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
-            *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.v5);
-            if conn.v5 {
+            let exec = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
+            let v5 = exec.closes_stdin();
+            *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
+            if v5 {
                 let mut tar = pack_dir(dir);
                 return self
-                    .finish_checked(conn, Some(&mut tar), &mut tokio::io::sink(), &what)
+                    .finish_checked(exec, Some(&mut tar), &mut tokio::io::sink(), &what)
                     .await;
             }
             // v4: closing this exec unsent gives tar an empty stdin; it
             // extracts nothing, and the copy goes again, in frames.
-            drop(conn);
+            drop(exec);
         }
         // v4: the stream goes in frames that a shell loop in the pod
         // unframes, so tar sees end of file while stdin stays open.
@@ -390,24 +472,13 @@ impl Executor for K8sExecutor {
             )
             .await?;
             log.line(&format!("pod {pod} is ready"));
-            let steps = run
-                .steps
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    (
-                        s.name.clone(),
-                        (i, s.env.iter().map(|(k, _)| k.clone()).collect()),
-                    )
-                })
-                .collect();
             self.live().insert(
                 name.clone(),
                 LiveRun {
                     pod: pod.clone(),
                     pod_selector: objects.pod_selector.clone(),
                     has_secret: objects.secret.is_some(),
-                    steps,
+                    carried: Carried::of(run, &RunHandle::in_container(name.clone())),
                 },
             );
             let copy = async {
@@ -458,31 +529,16 @@ impl Executor for K8sExecutor {
                 run.id
             ))
         })?;
-        // Step variables live in the Secret; the command line names them only.
-        let mut prelude = String::new();
-        if let Some((index, keys)) = live.steps.get(&step.name) {
-            for key in keys {
-                prelude.push_str(&format!("export {key}=\"${}\"; ", step_key(*index, key)));
-            }
-        }
-        // Every step's variables are in the pod's environment under their
-        // Secret keys; a step sees only its own, under their own names.
-        let keys: Vec<String> = live
-            .steps
-            .values()
-            .flat_map(|(index, keys)| keys.iter().map(|k| step_key(*index, k)))
-            .collect();
-        if !keys.is_empty() {
-            prelude.push_str(&format!("unset {}; ", keys.join(" ")));
-        }
+        // The command line names variables only; their values are in the pod.
+        let mut prelude = live.carried.prelude(step)?;
         prelude.push_str(&format!(
             "cd {} && ",
             executor_core::script::quote(&run.work_dir)
         ));
         let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
         let argv = executor_core::script::step_argv(&pid_file, &prelude, &step.script);
-        let conn = match self.cluster.exec(&live.pod, CONTAINER, &argv, false).await {
-            Ok(conn) => conn,
+        let exec = match self.cluster.exec(&live.pod, CONTAINER, &argv, false).await {
+            Ok(exec) => exec,
             // A pod gone before the step began is lost, not a refused call.
             Err(err) => match self.lost_environment(&live).await {
                 Some(fate) => return step_fate(fate, None),
@@ -491,15 +547,12 @@ impl Executor for K8sExecutor {
         };
         let mut out = log.writer_for(OutputStream::Stdout);
         let mut err = log.writer_for(OutputStream::Stderr);
-        let ended = drive(
-            conn,
-            None,
-            &mut out,
-            &mut err,
-            &interrupt,
-            self.options.keepalive,
-        )
-        .await?;
+        let io = ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        let ended = exec.finish(io, &interrupt).await?;
         match ended {
             Ended::Exited(code) => {
                 // Any failure may be an OOM kill the shell passed on as its
@@ -540,11 +593,6 @@ impl Executor for K8sExecutor {
                 }),
             },
         }
-    }
-
-    async fn outputs(&self, run: &RunHandle, dest: &Path) -> Result<UnpackSummary, ExecutorError> {
-        self.copy_out(run, &run.outputs_dir, dest, self.options.unpack_limits)
-            .await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {

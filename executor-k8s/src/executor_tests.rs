@@ -1,122 +1,68 @@
 //! The executor's branches over a mocked cluster seam and scripted exec
-//! sockets, in milliseconds: what a real cluster shows only under faults.
+//! sessions, in milliseconds: what a real cluster shows only under faults.
+//! (The wire protocols under a session are tested in `exec.rs`.)
 
-use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 
-use executor_core::{CommandOutcome, Executor, ExecutorError, FailureKind, RunLog, RunSpec, Step};
-use futures_util::{Sink, Stream};
+use async_trait::async_trait;
+use executor_core::{
+    CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle, RunLog, RunSpec, Step,
+    StepCommand,
+};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::{K8sExecutor, LiveRun};
-use crate::cluster::{ExecConnection, MockCluster};
+use super::{Carried, K8sExecutor, LiveRun};
+use crate::cluster::{Ended, ExecIo, ExecSession, MockCluster};
 use crate::K8sOptions;
 
-type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
+/// What a scripted exec was given on stdin.
+type Stdin = Arc<Mutex<Vec<u8>>>;
 
-/// An exec's WebSocket that answers from a script once what it was sent
-/// satisfies `until` (stdin fully in, say), and records what it was sent.
-struct ScriptedSocket {
-    script: VecDeque<Message>,
-    sent: Sent,
-    until: fn(&[Vec<u8>]) -> bool,
-    waker: Option<Waker>,
-}
-
-impl Stream for ScriptedSocket {
-    type Item = Result<Message, WsError>;
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if !(this.until)(&this.sent.lock().unwrap()) {
-            this.waker = Some(cx.waker().clone());
-            return Poll::Pending;
-        }
-        Poll::Ready(this.script.pop_front().map(Ok))
-    }
-}
-
-impl Sink<Message> for ScriptedSocket {
-    type Error = WsError;
-    fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), WsError>> {
-        Poll::Ready(Ok(()))
-    }
-    fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<(), WsError> {
-        let this = self.get_mut();
-        if let Message::Binary(data) = msg {
-            this.sent.lock().unwrap().push(data.to_vec());
-        }
-        if let Some(waker) = this.waker.take() {
-            waker.wake();
-        }
-        Ok(())
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), WsError>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), WsError>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-fn at_once(_: &[Vec<u8>]) -> bool {
-    true
-}
-
-/// v5: stdin closed with its CLOSE frame.
-fn stdin_closed(sent: &[Vec<u8>]) -> bool {
-    sent.iter().any(|f| f.as_slice() == [255, 0])
-}
-
-/// v4: the framed stream's last line, `0`, went in after the archive's
-/// zero blocks.
-fn frames_ended(sent: &[Vec<u8>]) -> bool {
-    let stdin: Vec<u8> = sent
-        .iter()
-        .filter(|f| f.first() == Some(&0))
-        .flat_map(|f| f[1..].iter().copied())
-        .collect();
-    stdin.ends_with(b"\x000\n")
-}
-
-fn socket(
+/// An exec that reads all of its stdin, writes its stdout and ends as
+/// scripted.
+struct ScriptedExec {
     v5: bool,
-    script: Vec<Message>,
-    until: fn(&[Vec<u8>]) -> bool,
-    sent: &Sent,
-) -> ExecConnection {
-    ExecConnection {
-        socket: Box::pin(ScriptedSocket {
-            script: script.into(),
-            sent: sent.clone(),
-            until,
-            waker: None,
-        }),
-        v5,
+    stdout: &'static str,
+    ended: Ended,
+    stdin: Stdin,
+}
+
+#[async_trait]
+impl ExecSession for ScriptedExec {
+    fn closes_stdin(&self) -> bool {
+        self.v5
+    }
+    async fn finish(
+        self: Box<Self>,
+        io: ExecIo<'_>,
+        _: &CancellationToken,
+    ) -> Result<Ended, ExecutorError> {
+        if let Some(stdin) = io.stdin {
+            let mut all = Vec::new();
+            stdin.read_to_end(&mut all).await.unwrap();
+            self.stdin.lock().unwrap().extend(all);
+        }
+        io.stdout.write_all(self.stdout.as_bytes()).await.unwrap();
+        Ok(self.ended)
     }
 }
 
-fn status(code: i32) -> Message {
-    let body = if code == 0 {
-        json!({"status": "Success"})
-    } else {
-        json!({"status": "Failure", "reason": "NonZeroExitCode",
-            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
-    };
-    let mut frame = vec![3u8];
-    frame.extend_from_slice(body.to_string().as_bytes());
-    Message::binary(frame)
+/// An exec on a v5 cluster that prints `stdout` and ends as `ended`.
+fn exec(stdout: &'static str, ended: Ended) -> Box<dyn ExecSession> {
+    scripted(true, stdout, ended, &Stdin::default())
 }
 
-fn stdout(text: &str) -> Message {
-    let mut frame = vec![1u8];
-    frame.extend_from_slice(text.as_bytes());
-    Message::binary(frame)
+fn scripted(v5: bool, stdout: &'static str, ended: Ended, stdin: &Stdin) -> Box<dyn ExecSession> {
+    Box::new(ScriptedExec {
+        v5,
+        stdout,
+        ended,
+        stdin: stdin.clone(),
+    })
 }
 
 fn pod(value: serde_json::Value) -> Pod {
@@ -130,8 +76,8 @@ fn running() -> Pod {
     )
 }
 
-/// An executor with one live run, `job`, whose pod is `p`.
-fn live(cluster: MockCluster) -> K8sExecutor {
+/// An executor with one live run, `job`, whose pod is `p`, started from `spec`.
+fn live_from(cluster: MockCluster, spec: &RunSpec) -> K8sExecutor {
     let executor = K8sExecutor::with_cluster(Arc::new(cluster), K8sOptions::default());
     executor.live().insert(
         "job".into(),
@@ -139,21 +85,32 @@ fn live(cluster: MockCluster) -> K8sExecutor {
             pod: "p".into(),
             pod_selector: "job-name=job".into(),
             has_secret: false,
-            steps: Default::default(),
+            carried: Carried::of(spec, &RunHandle::in_container("job")),
         },
     );
     executor
 }
 
-async fn step(executor: &K8sExecutor) -> Result<CommandOutcome, ExecutorError> {
-    let command = executor_core::StepCommand {
+/// An executor with one live run, `job`, of one step `s` and no variables.
+fn live(cluster: MockCluster) -> K8sExecutor {
+    live_from(
+        cluster,
+        &RunSpec::new("r", "did:plc:r", ".", "out").step(Step::new("s", "make")),
+    )
+}
+
+async fn run_step(
+    executor: &K8sExecutor,
+    env: Vec<(String, String)>,
+) -> Result<CommandOutcome, ExecutorError> {
+    let command = StepCommand {
         name: "s".into(),
         script: "make".into(),
-        env: Vec::new(),
+        env,
     };
     executor
         .command(
-            &executor_core::RunHandle::in_container("job"),
+            &RunHandle::in_container("job"),
             &command,
             &RunLog::discard(),
             CancellationToken::new(),
@@ -161,20 +118,17 @@ async fn step(executor: &K8sExecutor) -> Result<CommandOutcome, ExecutorError> {
         .await
 }
 
+async fn step(executor: &K8sExecutor) -> Result<CommandOutcome, ExecutorError> {
+    run_step(executor, Vec::new()).await
+}
+
 #[tokio::test]
 async fn exit_137_with_the_pod_oom_killed_is_an_oom_failure() {
     let mut cluster = MockCluster::new();
-    let sent = Sent::default();
-    let step_socket = socket(
-        true,
-        vec![stdout("building\n"), status(137)],
-        at_once,
-        &sent,
-    );
     cluster
         .expect_exec()
         .times(1)
-        .return_once(move |_, _, _, _| Ok(step_socket));
+        .return_once(|_, _, _, _| Ok(exec("building\n", Ended::Exited(137))));
     cluster.expect_get_pod().times(1).return_once(|_| {
         Ok(Some(pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Running",
             "containerStatuses": [{"name": "step", "image": "i", "imageID": "", "ready": false,
@@ -196,12 +150,10 @@ async fn exit_137_with_the_pod_oom_killed_is_an_oom_failure() {
 #[tokio::test]
 async fn exit_137_with_the_pod_deleted_is_a_lost_environment() {
     let mut cluster = MockCluster::new();
-    let sent = Sent::default();
-    let step_socket = socket(true, vec![status(137)], at_once, &sent);
     cluster
         .expect_exec()
         .times(1)
-        .return_once(move |_, _, _, _| Ok(step_socket));
+        .return_once(|_, _, _, _| Ok(exec("", Ended::Exited(137))));
     cluster.expect_get_pod().times(1).return_once(|_| Ok(None));
     let err = step(&live(cluster)).await.unwrap_err();
     assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
@@ -211,19 +163,20 @@ async fn exit_137_with_the_pod_deleted_is_a_lost_environment() {
 #[tokio::test]
 async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success() {
     let mut cluster = MockCluster::new();
-    let sent = Sent::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let (step_sent, probe_sent) = (sent.clone(), sent.clone());
+    let calls = AtomicUsize::new(0);
     cluster
         .expect_exec()
         .times(2)
         .returning(move |_, _, argv, _| {
             if calls.fetch_add(1, Ordering::SeqCst) == 0 {
                 // The step's output, then the connection drops: no status.
-                Ok(socket(true, vec![stdout("half")], at_once, &step_sent))
+                Ok(exec(
+                    "half",
+                    Ended::Closed("the exec connection broke".into()),
+                ))
             } else {
                 assert_eq!(argv, ["true"], "the probe");
-                Ok(socket(true, vec![status(0)], at_once, &probe_sent))
+                Ok(exec("", Ended::Exited(0)))
             }
         });
     cluster
@@ -238,32 +191,35 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
 #[tokio::test]
 async fn on_v4_the_checkout_goes_in_frames_once_the_protocol_is_known() {
     let mut cluster = MockCluster::new();
-    let sent = Sent::default();
+    let framed_stdin = Stdin::default();
     let argvs = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
-    let (seen, frames) = (argvs.clone(), sent.clone());
+    let (seen, frames) = (argvs.clone(), framed_stdin.clone());
     cluster.expect_exec().returning(move |_, _, argv, stdin| {
         if !stdin {
             // The folder is made first.
             assert_eq!(argv[0], "mkdir");
-            return Ok(socket(false, vec![status(0)], at_once, &Sent::default()));
+            return Ok(scripted(false, "", Ended::Exited(0), &Stdin::default()));
         }
         seen.lock().unwrap().push(argv.to_vec());
         // The first, plain `tar x`, learns that the server speaks v4 and
         // is dropped unsent; every copy after goes framed.
-        Ok(socket(false, vec![status(0)], frames_ended, &frames))
+        let stdin = if argv[0] == "sh" {
+            &frames
+        } else {
+            &Stdin::default()
+        };
+        Ok(scripted(false, "", Ended::Exited(0), stdin))
     });
     let executor = live(cluster);
     let checkout = tempfile::tempdir().unwrap();
     std::fs::write(checkout.path().join("f"), "x".repeat(100_000)).unwrap();
-    let run = executor_core::RunHandle::in_container("job");
-    executor
-        .copy_in(&run, checkout.path(), "/cache")
-        .await
-        .unwrap();
-    executor
-        .copy_in(&run, checkout.path(), "/cache")
-        .await
-        .unwrap();
+    let run = RunHandle::in_container("job");
+    for _ in 0..2 {
+        executor
+            .copy_in(&run, checkout.path(), "/cache")
+            .await
+            .unwrap();
+    }
     let argvs = argvs.lock().unwrap().clone();
     let framed: Vec<_> = argvs
         .iter()
@@ -271,35 +227,102 @@ async fn on_v4_the_checkout_goes_in_frames_once_the_protocol_is_known() {
         .collect();
     let plain: Vec<_> = argvs.iter().filter(|a| a[0] == "tar").collect();
     assert_eq!((plain.len(), framed.len()), (1, 2), "{argvs:?}");
+    // Each framed copy ends with its end mark: the archive's zero blocks,
+    // then the `0` line.
+    let stdin = framed_stdin.lock().unwrap();
     assert!(
-        !sent.lock().unwrap().iter().any(|f| f.first() == Some(&255)),
-        "v4 has no CLOSE"
+        stdin.ends_with(b"\x000\n"),
+        "{:?}",
+        &stdin[stdin.len().saturating_sub(8)..]
     );
 }
 
 #[tokio::test]
 async fn on_v5_stdin_is_closed_and_tar_runs_once() {
     let mut cluster = MockCluster::new();
-    let sent = Sent::default();
-    let frames = sent.clone();
+    let tar_stdin = Stdin::default();
+    let (given, tars) = (tar_stdin.clone(), Arc::new(AtomicUsize::new(0)));
+    let counted = tars.clone();
     cluster.expect_exec().returning(move |_, _, argv, stdin| {
-        let until = if stdin { stdin_closed } else { at_once };
         assert!(!stdin || argv[0] == "tar", "{argv:?}");
-        Ok(socket(true, vec![status(0)], until, &frames))
+        if stdin {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(scripted(true, "", Ended::Exited(0), &given))
     });
     let executor = live(cluster);
     let checkout = tempfile::tempdir().unwrap();
     std::fs::write(checkout.path().join("f"), "data").unwrap();
-    let run = executor_core::RunHandle::in_container("job");
     executor
-        .copy_in(&run, checkout.path(), "/cache")
+        .copy_in(&RunHandle::in_container("job"), checkout.path(), "/cache")
         .await
         .unwrap();
-    assert!(sent
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|f| f.as_slice() == [255, 0]));
+    assert_eq!(tars.load(Ordering::SeqCst), 1);
+    // The plain archive, read to its end (which the session closes on v5).
+    let stdin = tar_stdin.lock().unwrap();
+    assert!(
+        stdin.len() >= 1024 && stdin.len() % 512 == 0,
+        "{}",
+        stdin.len()
+    );
+}
+
+#[tokio::test]
+async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
+    let spec = RunSpec::new("r", "did:plc:r", ".", "out")
+        .env("MODE", "release")
+        .step(Step::new("s", "make").env("TOKEN_LIKE", "s3cr3t-value"))
+        .step(Step::new("t", "test").env("OTHER", "o"));
+    let argvs = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let seen = argvs.clone();
+    let mut cluster = MockCluster::new();
+    cluster
+        .expect_exec()
+        .times(1)
+        .returning(move |_, _, argv, _| {
+            seen.lock().unwrap().push(argv.to_vec());
+            Ok(exec("", Ended::Exited(0)))
+        });
+    let executor = live_from(cluster, &spec);
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    // The driver's order: standard folders, run variables, step variables;
+    // MODE is not asked for.
+    let wanted = env(&[("WORK_DIR", "/work"), ("TOKEN_LIKE", "s3cr3t-value")]);
+    run_step(&executor, wanted).await.unwrap();
+    let line = argvs.lock().unwrap()[0].join(" ");
+    assert!(
+        line.contains("export TOKEN_LIKE=\"$KNOTLESS_S0_TOKEN_LIKE\""),
+        "{line}"
+    );
+    assert!(!line.contains("s3cr3t-value"), "{line}");
+    let unset = line.split("unset ").nth(1).unwrap_or_default();
+    for hidden in [
+        "MODE",
+        "STEPS_DIR",
+        "KNOTLESS_S0_TOKEN_LIKE",
+        "KNOTLESS_S1_OTHER",
+    ] {
+        assert!(unset.contains(hidden), "{hidden} stays: {line}");
+    }
+    assert!(!unset.contains("WORK_DIR "), "{line}");
+}
+
+#[tokio::test]
+async fn a_step_variable_the_run_was_not_started_with_is_refused_before_any_exec() {
+    let mut cluster = MockCluster::new();
+    cluster.expect_exec().times(0);
+    let executor = live(cluster);
+    let err = run_step(&executor, vec![("NEW".into(), "v4lu3-x".into())])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::InvalidInput(_)), "{err}");
+    assert!(err.to_string().contains("StepCommand::env NEW"), "{err}");
+    assert!(!err.to_string().contains("v4lu3-x"), "{err}");
 }
 
 #[tokio::test]

@@ -17,7 +17,8 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::cluster::{Cluster, ExecConnection, PodEvents};
+use crate::cluster::{Cluster, ExecSession, PodEvents};
+use crate::exec::WsExec;
 
 /// Where the client comes from, as kubectl finds it.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +42,7 @@ pub struct KubeCluster {
     namespace: String,
     tls_unverified: bool,
     server: String,
+    keepalive: std::time::Duration,
 }
 
 /// Attempts of a call that is safe to repeat.
@@ -234,7 +236,16 @@ impl KubeCluster {
             namespace,
             server,
             tls_unverified,
+            keepalive: crate::K8sOptions::default().keepalive,
         })
+    }
+
+    /// Pings every exec that has been silent this long, so proxies and
+    /// load balancers that drop idle connections keep a quiet step's
+    /// ([`K8sOptions::keepalive`](crate::K8sOptions::keepalive)).
+    pub fn keepalive(mut self, every: std::time::Duration) -> Self {
+        self.keepalive = every;
+        self
     }
 
     /// The API server's URL.
@@ -360,7 +371,7 @@ impl Cluster for KubeCluster {
         container: &str,
         argv: &[String],
         stdin: bool,
-    ) -> Result<ExecConnection, ExecutorError> {
+    ) -> Result<Box<dyn ExecSession>, ExecutorError> {
         let ap = AttachParams::default()
             .container(container)
             .stdin(stdin)
@@ -372,10 +383,11 @@ impl Cluster for KubeCluster {
                 .map_err(|e| ExecutorError::backend("building an exec request", e))?;
         let connection = retry("starting an exec", || self.client.connect(request.clone())).await?;
         let v5 = connection.supports_stream_close();
-        Ok(ExecConnection {
-            socket: Box::pin(connection.into_stream()),
+        Ok(Box::new(WsExec::new(
+            Box::pin(connection.into_stream()),
             v5,
-        })
+            self.keepalive,
+        )))
     }
 
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {

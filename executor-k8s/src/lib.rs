@@ -35,7 +35,6 @@ mod yaml;
 use std::sync::Arc;
 use std::time::Duration;
 
-use executor_core::tar::UnpackLimits;
 use executor_core::ExecutorError;
 
 pub use dry_run::{calls as dry_run_calls, DryRunCluster, DRY_POD_SUFFIX};
@@ -91,8 +90,6 @@ pub struct K8sOptions {
     pub stop_timeout: Duration,
     /// How often a silent exec is pinged.
     pub keepalive: Duration,
-    /// Caps on what `/outputs` may bring back.
-    pub unpack_limits: UnpackLimits,
 }
 
 impl Default for K8sOptions {
@@ -117,7 +114,6 @@ impl Default for K8sOptions {
             ttl_after_finished: Duration::from_secs(600),
             stop_timeout: Duration::from_secs(120),
             keepalive: Duration::from_secs(20),
-            unpack_limits: UnpackLimits::default(),
         }
     }
 }
@@ -129,7 +125,9 @@ impl K8sExecutor {
         source: &KubeconfigSource,
         options: K8sOptions,
     ) -> Result<Self, ExecutorError> {
-        let cluster = KubeCluster::connect(source).await?;
+        let cluster = KubeCluster::connect(source)
+            .await?
+            .keepalive(options.keepalive);
         Ok(Self::with_cluster(Arc::new(cluster), options))
     }
 
