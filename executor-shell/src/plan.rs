@@ -4,8 +4,16 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
 use executor_core::labels::{dns_name, label_value};
-use executor_core::{CommandOutcome, RunHandle, RunSpec, StepCommand};
+use executor_core::tar::{UnpackLimits, UnpackSummary};
+use executor_core::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
+use nix::unistd::Pid;
+use tokio_util::sync::CancellationToken;
+
+use crate::host::{Groups, Host};
+use crate::process::Finished;
+use crate::root::RunRoot;
 
 /// Where a dry-run writes the calls it would make, one line each.
 ///
@@ -33,30 +41,20 @@ impl Plan {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         let _ = writeln!(out, "{line}");
     }
+}
 
-    pub(crate) fn start(&self, base: &Path, run: &RunSpec) -> RunHandle {
-        let root = base
+#[async_trait]
+impl Host for Plan {
+    fn create_run(&self, base: &Path, run: &RunSpec) -> Result<RunRoot, ExecutorError> {
+        let path = base
             .join(label_value(&run.runner))
             .join(format!("{}-XXXXXX", dns_name(&[&run.name], 40)));
-        let handle = RunHandle {
-            id: root.display().to_string(),
-            work_dir: root.join("work").display().to_string(),
-            steps_dir: root.join("steps").display().to_string(),
-            outputs_dir: root.join("outputs").display().to_string(),
-        };
-        self.say(format!("environment: run folder {}", handle.id));
+        self.say(format!("environment: run folder {}", path.display()));
         self.say(format!(
             "mkdir {}/{{work,steps,outputs}} (locked by {}/.lock)",
-            handle.id, handle.id
+            path.display(),
+            path.display()
         ));
-        self.say(format!(
-            "tar {} -> {}",
-            run.checkout.display(),
-            handle.work_dir
-        ));
-        if let Some(steps) = &run.steps_dir {
-            self.say(format!("tar {} -> {}", steps.display(), handle.steps_dir));
-        }
         if !run.secrets.is_empty() {
             let names: Vec<&str> = run.secrets.iter().map(|(k, _)| k.as_str()).collect();
             self.say(format!(
@@ -64,33 +62,56 @@ impl Plan {
                 names.join(",")
             ));
         }
-        handle
+        Ok(RunRoot::unlocked(path, "XXXXXX".into()))
     }
 
-    pub(crate) fn command(&self, run: &RunHandle, step: &StepCommand) -> CommandOutcome {
+    async fn copy(
+        &self,
+        from: &Path,
+        into: &Path,
+        _limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        self.say(format!("tar {} -> {}", from.display(), into.display()));
+        Ok(UnpackSummary::default())
+    }
+
+    async fn run_step(
+        &self,
+        work_dir: &Path,
+        step: &StepCommand,
+        _log: &RunLog,
+        _interrupt: CancellationToken,
+        _groups: Groups,
+    ) -> Result<Finished, ExecutorError> {
         let keys: Vec<&str> = step.env.iter().map(|(k, _)| k.as_str()).collect();
         self.say(format!(
             "exec [step {}] sh -ec {:?} (cwd {}, env {})",
             step.name,
             step.script,
-            run.work_dir,
+            work_dir.display(),
             keys.join(",")
         ));
-        CommandOutcome::exited(0)
+        Ok(Finished {
+            outcome: CommandOutcome::exited(0),
+            lingering: Vec::new(),
+        })
     }
 
-    pub(crate) fn copy(&self, from: &str, to: &str) {
-        self.say(format!("tar {from} -> {to}"));
+    async fn kill_run(&self, _groups: &[Pid], _mark: &str) -> usize {
+        self.say("kill the run's process groups and every process carrying the run's mark".into());
+        0
     }
 
-    pub(crate) fn stop(&self, run: &RunHandle) {
-        self.say(format!("kill the run's process groups; rm -rf {}", run.id));
+    fn remove_run(&self, root: RunRoot) -> Result<(), ExecutorError> {
+        self.say(format!("rm -rf {}", root.path.display()));
+        Ok(())
     }
 
-    pub(crate) fn cleanup(&self, base: &Path, runner: &str) {
+    fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
         self.say(format!(
             "rm -rf every unlocked run folder under {}",
             base.join(label_value(runner)).display()
         ));
+        Ok(Vec::new())
     }
 }

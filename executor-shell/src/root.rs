@@ -17,10 +17,28 @@ pub(crate) struct RunRoot {
     pub path: PathBuf,
     /// The mark every process of the run carries; see [`crate::marked`].
     pub mark: String,
-    _lock: Flock<File>,
+    /// `None` only for a root that exists on no host (dry-run, mocks).
+    _lock: Option<Flock<File>>,
+}
+
+impl std::fmt::Debug for RunRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRoot")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunRoot {
+    /// A root that no lock holds: what a dry-run or a mock host gives.
+    pub fn unlocked(path: PathBuf, mark: String) -> Self {
+        RunRoot {
+            path,
+            mark,
+            _lock: None,
+        }
+    }
+
     pub fn work(&self) -> PathBuf {
         self.path.join("work")
     }
@@ -151,7 +169,7 @@ fn lock_new(path: &Path) -> Result<RunRoot, ExecutorError> {
     Ok(RunRoot {
         path: path.to_path_buf(),
         mark: String::new(),
-        _lock: lock,
+        _lock: Some(lock),
     })
 }
 
