@@ -241,7 +241,7 @@ fn absolute_caches_outside_the_run_folders_get_volumes_of_their_own() {
         });
     }
     assert_eq!(
-        super::run_volumes(&run),
+        super::container::run_volumes(&run),
         [
             "/work",
             "/steps",

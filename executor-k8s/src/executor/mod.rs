@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use executor_core::events::OutputStream;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
-use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
     RunLog, RunSpec, StepCommand,
@@ -17,9 +17,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
-use crate::cluster::{Cluster, Ended, ExecIo, ExecSession};
-use crate::job::{objects, runner_selector, step_key, CONTAINER, STATE_DIR};
+use crate::cluster::{Cluster, Ended, ExecIo};
+use crate::job::{objects, runner_selector, CONTAINER, STATE_DIR};
 use crate::{wait, K8sOptions};
+
+mod pod_exec;
+mod variables;
+
+use variables::PodVariables;
 
 /// One Kubernetes Job per run; every step an exec in its pod.
 pub struct K8sExecutor {
@@ -38,91 +43,7 @@ struct LiveRun {
     pod_selector: String,
     has_secret: bool,
     /// The variables the pod holds for its steps.
-    carried: Carried,
-}
-
-/// The variables a run's pod holds for its steps, put there at start (the
-/// run's Secret and the container's own environment): a step's variables
-/// never travel in an exec's command line, where the API server's audit
-/// log would keep them. A step gets exactly its [`StepCommand::env`]
-/// from them.
-#[derive(Clone, Default)]
-struct Carried {
-    /// `(name, value)` to the pod variable that holds that value.
-    by_value: HashMap<(String, String), String>,
-    /// Every pod variable that holds one: a step sees none it did not ask for.
-    pod_vars: Vec<String>,
-}
-
-impl Carried {
-    /// What a run started from `run`, whose folders are `handle`'s, carries:
-    /// the standard folders and run variables under their own names, each
-    /// step's variables under [`step_key`].
-    fn of(run: &RunSpec, handle: &RunHandle) -> Self {
-        let mut carried = Carried::default();
-        let own = handle
-            .standard_env()
-            .into_iter()
-            .chain(run.env.iter().cloned());
-        for (name, value) in own {
-            carried.hold(name.clone(), value, name);
-        }
-        for (i, step) in run.steps.iter().enumerate() {
-            for (name, value) in &step.env {
-                carried.hold(name.clone(), value.clone(), step_key(i, name));
-            }
-        }
-        carried
-    }
-
-    fn hold(&mut self, name: String, value: String, pod_var: String) {
-        if !self.pod_vars.contains(&pod_var) {
-            self.pod_vars.push(pod_var.clone());
-        }
-        self.by_value.insert((name, value), pod_var);
-    }
-
-    /// The shell words that give `step` exactly its variables: an export
-    /// for each whose pod variable has another name, an unset for every
-    /// pod variable it did not ask for.
-    ///
-    /// # Errors
-    /// `InvalidInput` for a variable whose value the pod does not hold:
-    /// one that was not in the `RunSpec` the run was started with.
-    fn prelude(&self, step: &StepCommand) -> Result<String, ExecutorError> {
-        // As in a process environment, the last value of a name wins.
-        let mut wanted: Vec<(&str, &str)> = Vec::new();
-        for (name, value) in &step.env {
-            wanted.retain(|(n, _)| n != name);
-            wanted.push((name, value));
-        }
-        let mut prelude = String::new();
-        for (name, value) in &wanted {
-            let key = ((*name).to_string(), (*value).to_string());
-            match self.by_value.get(&key) {
-                Some(pod_var) if pod_var == name => {}
-                Some(pod_var) => prelude.push_str(&format!("export {name}=\"${pod_var}\"; ")),
-                None => {
-                    return Err(ExecutorError::InvalidInput(format!(
-                        "step {}: StepCommand::env {name} has a value the run was not started \
-                         with; the k8s executor carries variables in the run's Secret, set from \
-                         RunSpec::env and Step::env at start, never in an exec's command line",
-                        step.name
-                    )))
-                }
-            }
-        }
-        let unset: Vec<&str> = self
-            .pod_vars
-            .iter()
-            .map(String::as_str)
-            .filter(|var| !wanted.iter().any(|(name, _)| name == var))
-            .collect();
-        if !unset.is_empty() {
-            prelude.push_str(&format!("unset {}; ", unset.join(" ")));
-        }
-        Ok(prelude)
-    }
+    variables: PodVariables,
 }
 
 /// How long the pod's status may lag a container that stopped under a
@@ -207,109 +128,6 @@ impl K8sExecutor {
         Ok(found)
     }
 
-    /// Runs `argv` in the pod with `stdin` streamed in, stdout and stderr
-    /// into the given writers; `Ok` only on exit 0.
-    async fn exec_checked(
-        &self,
-        pod: &str,
-        argv: Vec<String>,
-        stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
-        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
-        what: &str,
-    ) -> Result<(), ExecutorError> {
-        let exec = self
-            .cluster
-            .exec(pod, CONTAINER, &argv, stdin.is_some())
-            .await?;
-        self.finish_checked(exec, stdin, stdout, what).await
-    }
-
-    /// Drives a started exec to its end; `Ok` only on exit 0.
-    async fn finish_checked(
-        &self,
-        exec: Box<dyn ExecSession>,
-        stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
-        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
-        what: &str,
-    ) -> Result<(), ExecutorError> {
-        // Only the start of a tool's complaint is shown; a hostile `tar` in
-        // the pod may print without end.
-        let mut stderr = executor_core::text::HeadBuffer::new(4096);
-        // Reborrowed: the session's streams live only as long as this call.
-        let io = ExecIo {
-            stdin: stdin.map(|s| s as &mut (dyn tokio::io::AsyncRead + Send + Unpin)),
-            stdout: &mut *stdout,
-            stderr: &mut stderr,
-        };
-        let ended = exec.finish(io, &CancellationToken::new()).await?;
-        let said = stderr.text();
-        match ended {
-            Ended::Exited(0) => Ok(()),
-            Ended::Exited(code) => {
-                Err(ExecutorError::backend(what, format!("exit {code}: {said}")))
-            }
-            Ended::Failed(msg) => Err(ExecutorError::backend(what, msg)),
-            Ended::Closed(why) => Err(ExecutorError::LostExitStatus {
-                what: what.to_string(),
-                detail: why,
-            }),
-            Ended::Interrupted => Err(ExecutorError::Interrupted),
-        }
-    }
-
-    /// Streams `dir` into `target` as tar over an exec and checks tar's status.
-    ///
-    /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
-    /// without closing the socket (and losing the status), and busybox tar
-    /// reads to end of file, so there the stream goes in frames (see
-    /// [`crate::framed`]); it is packed once either way.
-    async fn stream_in(&self, pod: &str, dir: &Path, target: &str) -> Result<(), ExecutorError> {
-        let what = format!("copying {} into {target}", dir.display());
-        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
-        if known != Some(false) {
-            // v5, or not known yet: the plain command, learning the protocol
-            // from the connection itself.
-            // `-o`: files belong to whoever extracts them. The pod drops every
-            // capability, so root cannot give them the host's owners (GNU
-            // tar would fail on that; busybox ignores it).
-            let argv: Vec<String> = vec![
-                "tar".into(),
-                "x".into(),
-                "-o".into(),
-                "-C".into(),
-                target.into(),
-            ];
-            let exec = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
-            let v5 = exec.closes_stdin();
-            *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
-            if v5 {
-                let mut tar = pack_dir(dir);
-                return self
-                    .finish_checked(exec, Some(&mut tar), &mut tokio::io::sink(), &what)
-                    .await;
-            }
-            // v4: closing this exec unsent gives tar an empty stdin; it
-            // extracts nothing, and the copy goes again, in frames.
-            drop(exec);
-        }
-        // v4: the stream goes in frames that a shell loop in the pod
-        // unframes, so tar sees end of file while stdin stays open.
-        let argv = vec![
-            "sh".into(),
-            "-c".into(),
-            crate::framed::UNFRAME.into(),
-            "sh".into(),
-            "tar".into(),
-            "x".into(),
-            "-o".into(),
-            "-C".into(),
-            target.into(),
-        ];
-        let mut framed = crate::framed::Framed::new(pack_dir(dir));
-        self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), &what)
-            .await
-    }
-
     /// Deletes the Job (its pod goes with it) and the Secret, and waits for the pod.
     async fn teardown(
         &self,
@@ -343,19 +161,6 @@ impl K8sExecutor {
                     run.id
                 ))
             })
-    }
-
-    /// Whether the pod's container still runs commands.
-    async fn answers(&self, pod: &str) -> bool {
-        self.exec_checked(
-            pod,
-            vec!["true".into()],
-            None,
-            &mut tokio::io::sink(),
-            "probing the pod",
-        )
-        .await
-        .is_ok()
     }
 
     /// Why a step's exec ended without a status: what happened to the pod.
@@ -478,7 +283,7 @@ impl Executor for K8sExecutor {
                     pod: pod.clone(),
                     pod_selector: objects.pod_selector.clone(),
                     has_secret: objects.secret.is_some(),
-                    carried: Carried::of(run, &RunHandle::in_container(name.clone())),
+                    variables: PodVariables::of(run, &RunHandle::in_container(name.clone())),
                 },
             );
             let copy = async {
@@ -530,7 +335,7 @@ impl Executor for K8sExecutor {
             ))
         })?;
         // The command line names variables only; their values are in the pod.
-        let mut prelude = live.carried.prelude(step)?;
+        let mut prelude = live.variables.prelude(step)?;
         prelude.push_str(&format!(
             "cd {} && ",
             executor_core::script::quote(&run.work_dir)
@@ -695,5 +500,4 @@ impl Executor for K8sExecutor {
 }
 
 #[cfg(test)]
-#[path = "executor_tests.rs"]
 mod tests;

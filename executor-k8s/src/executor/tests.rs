@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::{Carried, K8sExecutor, LiveRun};
+use super::{K8sExecutor, LiveRun, PodVariables};
 use crate::cluster::{Ended, ExecIo, ExecSession, MockCluster};
 use crate::K8sOptions;
 
@@ -85,7 +85,7 @@ fn live_from(cluster: MockCluster, spec: &RunSpec) -> K8sExecutor {
             pod: "p".into(),
             pod_selector: "job-name=job".into(),
             has_secret: false,
-            carried: Carried::of(spec, &RunHandle::in_container("job")),
+            variables: PodVariables::of(spec, &RunHandle::in_container("job")),
         },
     );
     executor

@@ -1,0 +1,170 @@
+//! The run's container: its spec, its image, its folders and checkout.
+
+use super::*;
+
+impl DockerExecutor {
+    pub(super) fn container_spec(&self, run: &RunSpec, image: &str) -> ContainerSpec {
+        // The container outlives every phase the driver may still use it for.
+        let expires = executor_core::labels::unix_now().saturating_add(
+            run.lifetime()
+                .saturating_add(self.options.expiry_grace)
+                .as_secs(),
+        );
+        let labels = HashMap::from([
+            (RUNNER_LABEL.to_string(), label_value(&run.runner)),
+            (RUN_LABEL.to_string(), label_value(&run.name)),
+            (RUNNER_RAW_KEY.to_string(), run.runner.clone()),
+            (RUN_RAW_KEY.to_string(), run.name.clone()),
+            (EXPIRES_KEY.to_string(), expires.to_string()),
+        ]);
+        ContainerSpec {
+            name: format!(
+                "knotless-{}-{}",
+                dns_name(&[&run.name], 40),
+                random_suffix()
+            ),
+            image: image.to_string(),
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "while :; do sleep 3600; done".into(),
+            ],
+            labels,
+            // The keep-alive runs as the image's user; only steps run as
+            // --user, so the runner's own root execs keep their capabilities.
+            user: None,
+            working_dir: "/".into(),
+            memory: self.options.memory,
+            nano_cpus: self.options.cpus.map(|c| (c * 1e9) as i64),
+            network_mode: self.options.network.clone(),
+            security_opt: vec!["no-new-privileges".into()],
+            volumes: run_volumes(run),
+            pids_limit: self.options.pids_limit,
+            cap_drop: self.options.cap_drop.clone(),
+            cap_add: self.options.cap_add.clone(),
+            read_only: self.options.read_only,
+            secret_env: run.secrets.clone(),
+        }
+    }
+
+    pub(super) async fn ensure_image(
+        &self,
+        image: &str,
+        log: &RunLog,
+    ) -> Result<(), ExecutorError> {
+        match self.options.pull {
+            PullPolicy::Always => {
+                log.line(&format!("pulling {image}"));
+                self.engine.pull(image).await
+            }
+            PullPolicy::Missing => {
+                if !self.engine.image_present(image).await? {
+                    log.line(&format!("{image} is not on the engine; pulling it"));
+                    self.engine.pull(image).await?;
+                }
+                Ok(())
+            }
+            PullPolicy::Never => {
+                if self.engine.image_present(image).await? {
+                    Ok(())
+                } else {
+                    Err(ExecutorError::image(
+                        format!("starting a run from {image}"),
+                        format!(
+                            "image {image} is not on the engine and DockerOptions::pull PullPolicy::Never forbids pulling it; \
+                             load it first (docker pull, docker load or docker import) or use PullPolicy::Missing"
+                        ),
+                        false,
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Creates the run's folders and fills them; the container exists already.
+    pub(super) async fn prepare(&self, id: &str, run: &RunSpec) -> Result<(), ExecutorError> {
+        self.engine.start(id).await?;
+        // One upload to `/` creates the folders and fills them: Docker
+        // refuses uploads to a missing path, and every request and exec is
+        // a round trip through the engine.
+        let mut what = format!("the checkout {} as /work", run.checkout.display());
+        if let Some(steps) = &run.steps_dir {
+            what.push_str(&format!(", the steps {} as /steps", steps.display()));
+        }
+        what.push_str(", empty /outputs and ");
+        what.push_str(STATE_DIR);
+        if self.options.read_only {
+            // The engine takes no upload to a read-only `/`, only into the
+            // volumes: one upload per filled folder, and the state folder
+            // opened to every user as the single upload would have.
+            let checkout = format!("the checkout {} as /work", run.checkout.display());
+            self.engine
+                .upload(id, "/work", &checkout, pack_dir(&run.checkout))
+                .await?;
+            if let Some(steps) = &run.steps_dir {
+                let what = format!("the steps {} as /steps", steps.display());
+                self.engine
+                    .upload(id, "/steps", &what, pack_dir(steps))
+                    .await?;
+            }
+            let chmod = format!("chmod 1777 {STATE_DIR}");
+            self.exec_as_root(id, &chmod, "opening the state folder")
+                .await?;
+        } else {
+            let folders = vec![
+                PackedFolder::new("work", 0o755, Some(&run.checkout)),
+                PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
+                PackedFolder::new("outputs", 0o755, None),
+                PackedFolder::new(&STATE_DIR[1..], 0o1777, None),
+            ];
+            self.engine
+                .upload(id, "/", &what, pack_folders(folders))
+                .await?;
+        }
+        if let Some(user) = &self.options.user {
+            // Uploaded files belong to root; the steps run as the user.
+            let chown = format!(
+                "chown -R {} /work /steps /outputs",
+                executor_core::script::quote(user)
+            );
+            self.exec_as_root(id, &chown, "giving /work to DockerOptions::user")
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The container's anonymous volumes: the run's folders, as Kubernetes
+/// emptyDirs are, and each absolute cache folder outside them. Files are
+/// written straight to the engine's disk instead of through the image's
+/// overlay, which costs most with many small files; a new volume starts
+/// as a copy of what the image holds at its path, so a cache over a
+/// folder the image fills (a toolchain's home) keeps that content; stop
+/// removes them with the container.
+pub(super) fn run_volumes(run: &RunSpec) -> Vec<String> {
+    let folders = RunHandle::in_container("");
+    let mut volumes = vec![
+        folders.work_dir,
+        folders.steps_dir,
+        folders.outputs_dir,
+        STATE_DIR.to_string(),
+    ];
+    let nested = |path: &str, other: &str| {
+        path == other
+            || path.starts_with(&format!("{other}/"))
+            || other.starts_with(&format!("{path}/"))
+    };
+    for cache in &run.caches {
+        let path = cache.path.trim_end_matches('/');
+        // Relative caches live under /work, already a volume; a cache
+        // over or under another volume would shadow or split it.
+        let clean = path
+            .split('/')
+            .skip(1)
+            .all(|part| !matches!(part, "" | "." | ".."));
+        if path.starts_with('/') && clean && !volumes.iter().any(|v| nested(path, v)) {
+            volumes.push(path.to_string());
+        }
+    }
+    volumes
+}

@@ -1,0 +1,141 @@
+//! The runner's own execs in a container, and what an exec's end means:
+//! a settled status, a step's process tree killed, an OOM kill or a
+//! container gone.
+
+use super::*;
+
+impl DockerExecutor {
+    /// Runs a runner-internal command as root, failing with its output;
+    /// returns the first 4 KiB of its output.
+    pub(super) async fn exec_as_root(
+        &self,
+        id: &str,
+        script: &str,
+        what: &str,
+    ) -> Result<String, ExecutorError> {
+        let exec = ExecSpec {
+            cmd: vec!["sh".into(), "-c".into(), script.into()],
+            env: Vec::new(),
+            working_dir: "/".into(),
+            user: Some("0".into()),
+        };
+        let exec_id = self.engine.exec_create(id, &exec).await?;
+        let mut output = self.engine.exec_start(&exec_id).await?;
+        let mut said = Vec::new();
+        while let Some(chunk) = output.next().await {
+            let (_, chunk) = chunk?;
+            if said.len() < 4096 {
+                said.extend_from_slice(&chunk[..chunk.len().min(4096 - said.len())]);
+            }
+        }
+        match self.settled(&exec_id).await?.exit_code {
+            Some(0) => Ok(String::from_utf8_lossy(&said).into_owned()),
+            Some(code) => Err(ExecutorError::backend(
+                what,
+                format!("exit {code}: {}", String::from_utf8_lossy(&said).trim()),
+            )),
+            None => Err(ExecutorError::LostExitStatus {
+                what: what.to_string(),
+                detail: "the engine reported no exit code".into(),
+            }),
+        }
+    }
+
+    /// Inspects an exec until it is no longer running, within [`EXEC_SETTLE`].
+    pub(super) async fn settled(
+        &self,
+        exec_id: &str,
+    ) -> Result<crate::engine::ExecState, ExecutorError> {
+        let deadline = tokio::time::Instant::now() + EXEC_SETTLE;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let state = self.engine.exec_inspect(exec_id).await?;
+            if !state.running {
+                return Ok(state);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ExecutorError::LostExitStatus {
+                    what: format!("exec {exec_id}"),
+                    detail: format!("its output ended but it still ran after {EXEC_SETTLE:?}"),
+                });
+            }
+            // The engine has no call that waits for an exec to end: poll, backing off.
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills a step's process tree inside the container.
+    pub(super) async fn kill_step(&self, id: &str, pid_file: &str, exec_id: &str) {
+        let script = executor_core::script::kill_tree(pid_file);
+        if let Err(err) = self.exec_as_root(id, &script, "killing the step").await {
+            tracing::warn!(%err, container = id, "could not kill an interrupted step");
+        }
+        if let Err(err) = self.settled(exec_id).await {
+            tracing::warn!(%err, container = id, "an interrupted step did not stop");
+        }
+    }
+
+    /// Whether the container still runs commands. A container being killed
+    /// from outside may still be inspected as running for a moment after its
+    /// processes died; an exec tells for sure.
+    pub(super) async fn answers(&self, id: &str) -> bool {
+        self.exec_as_root(id, "true", "probing the container")
+            .await
+            .is_ok()
+    }
+
+    /// Whether the container's memory cgroup counted an OOM kill since the
+    /// last look. Docker sets `OOMKilled` only when the container's main
+    /// process dies of it, not an exec's, so the kernel's counter decides.
+    pub(super) async fn new_oom_kill(&self, id: &str) -> bool {
+        let script = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; true";
+        let Ok(text) = self.exec_as_root(id, script, "reading OOM counters").await else {
+            return false;
+        };
+        let count = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("oom_kill "))
+            .filter_map(|n| n.trim().parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        let mut seen = self.oom_kills.lock().unwrap_or_else(|p| p.into_inner());
+        let before = seen.insert(id.to_string(), count).unwrap_or(0);
+        count > before
+    }
+
+    /// What a missing or failing exit code means, from the container's
+    /// state: an error when the container is gone, the OOM kill's words
+    /// when the kernel killed in it.
+    pub(super) async fn explain(
+        &self,
+        id: &str,
+        code: Option<i64>,
+    ) -> Result<Option<String>, ExecutorError> {
+        let state = self.engine.inspect(id).await?;
+        if !state.exists || !state.running {
+            return Err(ExecutorError::EnvironmentLost(format!(
+                "container {id} was {} while the step ran",
+                if state.exists { "stopped" } else { "removed" }
+            )));
+        }
+        // Inspect may still say running just after the container's main
+        // process died; a lost code or a kill asks the container itself.
+        if (code.is_none() || code == Some(137)) && !state.oom_killed && !self.answers(id).await {
+            return Err(ExecutorError::EnvironmentLost(format!(
+                "container {id} was killed while the step ran"
+            )));
+        }
+        if code.is_some_and(|c| c != 0) && (state.oom_killed || self.new_oom_kill(id).await) {
+            let limit = self
+                .options
+                .memory
+                .map(|m| format!(" of {} MiB", m >> 20))
+                .unwrap_or_default();
+            return Ok(Some(format!(
+                "OOMKilled: the step ran out of memory (the container's limit{limit})"
+            )));
+        }
+        Ok(None)
+    }
+}

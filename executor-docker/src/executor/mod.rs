@@ -1,0 +1,342 @@
+//! The six operations, mapped onto the [`Engine`] seam.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use executor_core::labels::{
+    dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
+};
+use executor_core::tar::{
+    pack_dir, pack_folders, unpack_untrusted, PackedFolder, UnpackLimits, UnpackSummary,
+};
+use executor_core::{
+    CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
+    RunSpec, StepCommand,
+};
+use futures_util::{StreamExt, TryStreamExt};
+use tokio_util::io::StreamReader;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{ContainerSpec, Engine, ExecSpec};
+
+mod container;
+mod execs;
+use crate::{DockerOptions, PullPolicy};
+
+/// Folder in the container for the runner's own bookkeeping (step pid files).
+const STATE_DIR: &str = "/.knotless";
+/// How long an exec may take to report that it stopped after its output ended.
+const EXEC_SETTLE: Duration = Duration::from_secs(30);
+
+/// One container per run on a Docker-compatible engine.
+pub struct DockerExecutor {
+    engine: Arc<dyn Engine>,
+    options: DockerOptions,
+    /// Containers of runs this executor is running now: cleanup spares them.
+    live: Mutex<HashSet<String>>,
+    /// OOM kills counted so far per container, to tell a new one.
+    oom_kills: Mutex<HashMap<String, u64>>,
+}
+
+impl DockerExecutor {
+    /// An executor over any engine (the real one, the dry-run, a mock).
+    pub fn with_engine(engine: Arc<dyn Engine>, options: DockerOptions) -> Self {
+        DockerExecutor {
+            engine,
+            options,
+            live: Mutex::new(HashSet::new()),
+            oom_kills: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every container of `runner`, live or not, then every volume of its
+    /// (as `volume/NAME`), by label: the probe for leftovers.
+    pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        let mut found = self.containers(runner).await?;
+        found.extend(
+            self.runner_volumes(runner)
+                .await?
+                .into_iter()
+                .map(|name| format!("volume/{name}")),
+        );
+        Ok(found)
+    }
+
+    /// The ids of every container of `runner`, live or not.
+    pub async fn containers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        Ok(self
+            .runner_containers(runner)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    async fn runner_volumes(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        let found = self
+            .engine
+            .list_volumes(RUNNER_LABEL, &label_value(runner))
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter(|v| v.labels.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner))
+            .map(|v| v.id)
+            .collect())
+    }
+
+    async fn runner_containers(
+        &self,
+        runner: &str,
+    ) -> Result<Vec<(String, HashMap<String, String>)>, ExecutorError> {
+        let found = self.engine.list(RUNNER_LABEL, &label_value(runner)).await?;
+        // The sanitised label could in principle be shared; the raw DID decides.
+        Ok(found
+            .into_iter()
+            .filter(|c| c.labels.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner))
+            .map(|c| (c.id, c.labels))
+            .collect())
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl Executor for DockerExecutor {
+    fn kind(&self) -> &str {
+        "docker"
+    }
+
+    fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
+        run.validate()?;
+        run.image_for("docker").map(|_| ())
+    }
+
+    async fn start(
+        &self,
+        run: &RunSpec,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<RunHandle, ExecutorError> {
+        self.check(run)?;
+        let image = run.image_for("docker")?;
+        run.check_folders()?;
+        self.ensure_image(image, log).await?;
+        let spec = self.container_spec(run, image);
+        let id = self.engine.create(&spec).await?;
+        log.line(&format!("container {} ({})", spec.name, short(&id)));
+        let prepared = tokio::select! {
+            r = self.prepare(&id, run) => r,
+            _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
+        };
+        if let Err(err) = prepared {
+            if let Err(remove_err) = self.engine.remove(&id).await {
+                tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
+            }
+            return Err(err);
+        }
+        self.live().insert(id.clone());
+        Ok(RunHandle::in_container(id))
+    }
+
+    async fn command(
+        &self,
+        run: &RunHandle,
+        step: &StepCommand,
+        log: &RunLog,
+        interrupt: CancellationToken,
+    ) -> Result<CommandOutcome, ExecutorError> {
+        let id = run.id.as_str();
+        let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
+        // Record the shell's pid so an interrupt can kill the step's
+        // processes: the engine has no call to kill an exec.
+        let cmd = executor_core::script::step_argv(&pid_file, "", &step.script);
+        let exec = ExecSpec {
+            cmd,
+            env: step.env.clone(),
+            working_dir: run.work_dir.clone(),
+            user: self.options.user.clone(),
+        };
+        let started = async {
+            let exec_id = self.engine.exec_create(id, &exec).await?;
+            let output = self.engine.exec_start(&exec_id).await?;
+            Ok::<_, ExecutorError>((exec_id, output))
+        };
+        let (exec_id, mut output) = match started.await {
+            Ok(started) => started,
+            Err(err) => {
+                // A container removed before the step began is lost, not
+                // an engine error.
+                self.explain(id, None).await?;
+                return Err(err);
+            }
+        };
+        let mut stream_error = None;
+        // A slow log holds the output back (back-pressure on the step); an
+        // interrupt still ends it at once.
+        let pump = async {
+            while let Some(chunk) = output.next().await {
+                match chunk {
+                    Ok((stream, bytes)) => log.output_from(stream, &bytes).await,
+                    Err(err) => {
+                        stream_error = Some(err);
+                        break;
+                    }
+                }
+            }
+        };
+        let interrupted = tokio::select! {
+            () = pump => false,
+            _ = interrupt.cancelled() => true,
+        };
+        if interrupted {
+            drop(output);
+            self.kill_step(id, &pid_file, &exec_id).await;
+            return Ok(CommandOutcome::Interrupted);
+        }
+        let state = match self.settled(&exec_id).await {
+            Ok(state) => state,
+            Err(err) => {
+                self.explain(id, None).await?;
+                return Err(err);
+            }
+        };
+        match state.exit_code {
+            Some(code) => {
+                // Any failure may be an OOM kill the shell passed on as
+                // its own code: the container's counters say, not the code.
+                let oom = if code != 0 || stream_error.is_some() {
+                    self.explain(id, Some(code)).await?
+                } else {
+                    None
+                };
+                if let (Some(err), None) = (&stream_error, &oom) {
+                    tracing::warn!(%err, "exec output broke off; the exit code still arrived");
+                }
+                let code = i32::try_from(code).unwrap_or(i32::MAX);
+                Ok(match oom {
+                    Some(detail) => CommandOutcome::OutOfMemory {
+                        code: Some(code),
+                        detail,
+                    },
+                    None => CommandOutcome::exited(code),
+                })
+            }
+            None => {
+                self.explain(id, None).await?;
+                Err(ExecutorError::LostExitStatus {
+                    what: format!("step {}", step.name),
+                    detail: match stream_error {
+                        Some(err) => {
+                            format!("output broke off ({err}) and the engine has no exit code")
+                        }
+                        None => "the engine reported no exit code".into(),
+                    },
+                })
+            }
+        }
+    }
+
+    async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
+        let q = executor_core::script::quote(path);
+        let mut mkdir = format!("mkdir -p {q}");
+        if let Some(user) = &self.options.user {
+            mkdir.push_str(&format!(
+                " && chown {} {q}",
+                executor_core::script::quote(user)
+            ));
+        }
+        self.exec_as_root(&run.id, &mkdir, "creating a cache folder")
+            .await?;
+        self.engine
+            .upload(&run.id, path, &src.display().to_string(), pack_dir(src))
+            .await?;
+        if let Some(user) = &self.options.user {
+            let chown = format!("chown -R {} {q}", executor_core::script::quote(user));
+            self.exec_as_root(
+                &run.id,
+                &chown,
+                "giving a cache folder to DockerOptions::user",
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn copy_out(
+        &self,
+        run: &RunHandle,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        let stream = self
+            .engine
+            .download(&run.id, path)
+            .map_err(std::io::Error::other);
+        let limits = UnpackLimits {
+            // The engine names every entry after the folder: `outputs/...`.
+            strip_components: 1,
+            ..limits
+        };
+        Ok(unpack_untrusted(StreamReader::new(stream), dest, limits).await?)
+    }
+
+    async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
+        self.engine.remove(&run.id).await?;
+        self.live().remove(&run.id);
+        self.oom_kills
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&run.id);
+        Ok(())
+    }
+
+    async fn cleanup(
+        &self,
+        runner: &str,
+        scope: CleanupScope,
+    ) -> Result<CleanupReport, ExecutorError> {
+        let now = executor_core::labels::unix_now();
+        let mut removed = Vec::new();
+        for (id, labels) in self.runner_containers(runner).await? {
+            if self.live().contains(&id) {
+                continue;
+            }
+            let expired = labels
+                .get(EXPIRES_KEY)
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_none_or(|e| e <= now);
+            if scope == CleanupScope::All || expired {
+                self.engine.remove(&id).await?;
+                tracing::info!(container = %id, "removed a leftover container");
+                removed.push(id);
+            }
+        }
+        // Volumes a failed removal left: those no container uses any more
+        // (the engine refuses to remove the others).
+        for name in self.runner_volumes(runner).await? {
+            if self.engine.remove_volume(&name).await? {
+                tracing::info!(volume = %name, "removed a leftover volume");
+                removed.push(format!("volume/{name}"));
+            }
+        }
+        Ok(CleanupReport { removed })
+    }
+}
+
+/// The short form of a container id, as the docker CLI prints it.
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+fn random_suffix() -> String {
+    executor_core::labels::random_hex(8)
+}
+
+#[cfg(test)]
+mod tests;

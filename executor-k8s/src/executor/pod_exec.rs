@@ -1,0 +1,135 @@
+//! The runner's own commands in the pod: checked execs, and streams in
+//! on either exec protocol.
+
+use std::path::Path;
+
+use executor_core::tar::pack_dir;
+use executor_core::ExecutorError;
+use tokio_util::sync::CancellationToken;
+
+use super::K8sExecutor;
+use crate::cluster::{Ended, ExecIo, ExecSession};
+use crate::job::CONTAINER;
+
+impl K8sExecutor {
+    /// Runs `argv` in the pod with `stdin` streamed in, stdout and stderr
+    /// into the given writers; `Ok` only on exit 0.
+    pub(super) async fn exec_checked(
+        &self,
+        pod: &str,
+        argv: Vec<String>,
+        stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        what: &str,
+    ) -> Result<(), ExecutorError> {
+        let exec = self
+            .cluster
+            .exec(pod, CONTAINER, &argv, stdin.is_some())
+            .await?;
+        self.finish_checked(exec, stdin, stdout, what).await
+    }
+
+    /// Drives a started exec to its end; `Ok` only on exit 0.
+    pub(super) async fn finish_checked(
+        &self,
+        exec: Box<dyn ExecSession>,
+        stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        what: &str,
+    ) -> Result<(), ExecutorError> {
+        // Only the start of a tool's complaint is shown; a hostile `tar` in
+        // the pod may print without end.
+        let mut stderr = executor_core::text::HeadBuffer::new(4096);
+        // Reborrowed: the session's streams live only as long as this call.
+        let io = ExecIo {
+            stdin: stdin.map(|s| s as &mut (dyn tokio::io::AsyncRead + Send + Unpin)),
+            stdout: &mut *stdout,
+            stderr: &mut stderr,
+        };
+        let ended = exec.finish(io, &CancellationToken::new()).await?;
+        let said = stderr.text();
+        match ended {
+            Ended::Exited(0) => Ok(()),
+            Ended::Exited(code) => {
+                Err(ExecutorError::backend(what, format!("exit {code}: {said}")))
+            }
+            Ended::Failed(msg) => Err(ExecutorError::backend(what, msg)),
+            Ended::Closed(why) => Err(ExecutorError::LostExitStatus {
+                what: what.to_string(),
+                detail: why,
+            }),
+            Ended::Interrupted => Err(ExecutorError::Interrupted),
+        }
+    }
+
+    /// Streams `dir` into `target` as tar over an exec and checks tar's status.
+    ///
+    /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
+    /// without closing the socket (and losing the status), and busybox tar
+    /// reads to end of file, so there the stream goes in frames (see
+    /// [`crate::framed`]); it is packed once either way.
+    pub(super) async fn stream_in(
+        &self,
+        pod: &str,
+        dir: &Path,
+        target: &str,
+    ) -> Result<(), ExecutorError> {
+        let what = format!("copying {} into {target}", dir.display());
+        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
+        if known != Some(false) {
+            // v5, or not known yet: the plain command, learning the protocol
+            // from the connection itself.
+            // `-o`: files belong to whoever extracts them. The pod drops every
+            // capability, so root cannot give them the host's owners (GNU
+            // tar would fail on that; busybox ignores it).
+            let argv: Vec<String> = vec![
+                "tar".into(),
+                "x".into(),
+                "-o".into(),
+                "-C".into(),
+                target.into(),
+            ];
+            let exec = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
+            let v5 = exec.closes_stdin();
+            *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
+            if v5 {
+                let mut tar = pack_dir(dir);
+                return self
+                    .finish_checked(exec, Some(&mut tar), &mut tokio::io::sink(), &what)
+                    .await;
+            }
+            // v4: closing this exec unsent gives tar an empty stdin; it
+            // extracts nothing, and the copy goes again, in frames.
+            drop(exec);
+        }
+        // v4: the stream goes in frames that a shell loop in the pod
+        // unframes, so tar sees end of file while stdin stays open.
+        let argv = vec![
+            "sh".into(),
+            "-c".into(),
+            crate::framed::UNFRAME.into(),
+            "sh".into(),
+            "tar".into(),
+            "x".into(),
+            "-o".into(),
+            "-C".into(),
+            target.into(),
+        ];
+        let mut framed = crate::framed::Framed::new(pack_dir(dir));
+        self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), &what)
+            .await
+    }
+
+    /// Whether the pod's container still runs commands.
+    pub(super) async fn answers(&self, pod: &str) -> bool {
+        self.exec_checked(
+            pod,
+            vec!["true".into()],
+            None,
+            &mut tokio::io::sink(),
+            "probing the pod",
+        )
+        .await
+        .is_ok()
+    }
+}
