@@ -33,6 +33,10 @@ impl CacheSpec {
     /// assert_eq!((c.key.as_str(), c.path.as_str()), ("cargo", "/root/.cargo"));
     /// assert!(executor_core::CacheSpec::parse("../x=/a").is_err());
     /// ```
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] for text without `=`, an empty path, or
+    /// a key [`validate_key`] refuses.
     pub fn parse(text: &str) -> Result<Self, ExecutorError> {
         let (key, path) = text.split_once('=').ok_or_else(|| {
             ExecutorError::InvalidInput(format!(
@@ -64,6 +68,9 @@ impl CacheSpec {
 /// Checks a cache key: not empty, no `/`, no `..`, not starting with `.`
 /// (names starting with a dot are the store's own), letters, digits, `.`,
 /// `-` and `_` only.
+///
+/// # Errors
+/// [`ExecutorError::InvalidInput`] saying which rule the key breaks.
 pub fn validate_key(key: &str) -> Result<(), ExecutorError> {
     let bad = |why: &str| {
         Err(ExecutorError::InvalidInput(format!(
@@ -257,6 +264,10 @@ impl CacheStore {
     /// shared lock held for as long as the guard lives so no save deletes
     /// it meanwhile. A read-only store takes the lock only if its file
     /// exists, and creates nothing.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] for a key [`validate_key`] refuses; `Io`
+    /// when the store's folders or lock file cannot be made or locked.
     pub fn current(&self, key: &str) -> Result<Option<(PathBuf, Flock<File>)>, ExecutorError> {
         validate_key(key)?;
         let link = self.key_dir(key).join("current");
@@ -282,6 +293,9 @@ impl CacheStore {
     /// The copy of `key` a run of this namespace restores, and the
     /// namespace it came from: its own copy, else (for an untrusted run)
     /// the trusted one. A trusted run never reads an untrusted copy.
+    ///
+    /// # Errors
+    /// As [`CacheStore::current`].
     #[allow(clippy::type_complexity)]
     pub fn restorable(
         &self,
@@ -305,6 +319,10 @@ impl CacheStore {
     /// concurrent commit, which removes every idle copy, never sees the
     /// folder without its lock. A read-only store's save goes to a scratch
     /// path outside the store that nothing creates unless written to.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] for a key [`validate_key`] refuses; `Io`
+    /// when the save's folder or busy mark cannot be made or locked.
     pub fn begin_save(&self, key: &str) -> Result<PendingSave, ExecutorError> {
         validate_key(key)?;
         if self.discard_saves {
@@ -356,6 +374,10 @@ impl CacheStore {
 
     /// Makes a filled save the current copy (atomic rename of the link)
     /// and removes older copies. The last writer wins.
+    ///
+    /// # Errors
+    /// `Io` when the link cannot be swapped in; the save is then discarded and
+    /// the current copy stays as it was.
     pub fn commit(&self, mut save: PendingSave) -> Result<(), ExecutorError> {
         if self.discard_saves {
             // Dropping the save removes its scratch folder.

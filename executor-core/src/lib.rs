@@ -17,6 +17,8 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+// Every public function that can fail says how: embedders match on it.
+#![warn(clippy::missing_errors_doc)]
 
 pub mod cache;
 mod driver;

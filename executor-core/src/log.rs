@@ -142,6 +142,9 @@ impl RunLog {
     }
 
     /// A log written to `path`, created or truncated.
+    ///
+    /// # Errors
+    /// The error of creating `path`.
     pub fn create(path: &Path) -> io::Result<Self> {
         Ok(Self::new(File::create(path)?))
     }

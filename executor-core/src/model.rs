@@ -190,6 +190,11 @@ impl RunSpec {
     }
 
     /// Checks what every backend relies on; the message names the field and the fix.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] naming the first field at fault
+    /// (`RunSpec::name`, `RunSpec::runner`, a variable's key, a step, a cache,
+    /// a timeout) and what to do.
     pub fn validate(&self) -> Result<(), ExecutorError> {
         let bad = |msg: String| Err(ExecutorError::InvalidInput(msg));
         if self.name.trim().is_empty() {
@@ -295,6 +300,10 @@ impl RunSpec {
     /// let spec = executor_core::RunSpec::new("r", "did:plc:r", "/no/such/folder", "out");
     /// assert!(spec.check_folders().unwrap_err().to_string().contains("RunSpec::checkout /no/such/folder"));
     /// ```
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] naming `RunSpec::checkout` or
+    /// `RunSpec::steps_dir` when it is missing or not a folder.
     pub fn check_folders(&self) -> Result<(), ExecutorError> {
         check_dir(&self.checkout, "RunSpec::checkout")?;
         if let Some(steps) = &self.steps_dir {
@@ -369,6 +378,10 @@ fn check_dir(path: &std::path::Path, flag: &str) -> Result<(), ExecutorError> {
 /// assert!(executor_core::validate_env_key("CARGO_HOME").is_ok());
 /// assert!(executor_core::validate_env_key("1BAD").is_err());
 /// ```
+///
+/// # Errors
+/// [`ExecutorError::InvalidInput`] for an empty key, one starting with a digit,
+/// or one with anything but ASCII letters, digits and `_`.
 pub fn validate_env_key(key: &str) -> Result<(), ExecutorError> {
     let mut chars = key.chars();
     let ok = matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())

@@ -328,6 +328,10 @@ impl RunResult {
 
     /// Writes the result to `path`, through a temporary file and a rename, so
     /// a reader never sees half a result.
+    ///
+    /// # Errors
+    /// `Io` naming the file when the temporary file cannot be written or
+    /// renamed over `path`.
     pub fn write_to(&self, path: &Path) -> Result<(), ExecutorError> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
         let tmp = path.with_extension("json.tmp");
@@ -343,6 +347,9 @@ impl RunResult {
 
 /// Lists every regular file under `dir` with its size, SHA-256 and media
 /// type, reading each file as a stream. Symlinks are not followed.
+///
+/// # Errors
+/// `Io` naming the file or folder that could not be listed or read.
 pub async fn manifest(dir: &Path) -> Result<Vec<OutputFile>, ExecutorError> {
     let mut files = Vec::new();
     if !dir.is_dir() {

@@ -30,6 +30,10 @@ pub enum StepsFileError {
 }
 
 /// Reads a steps file from disk; see [`parse_steps`] for the format.
+///
+/// # Errors
+/// [`StepsFileError::Read`] when the file cannot be read; otherwise as
+/// [`parse_steps`].
 pub fn read_steps_file(path: &Path) -> Result<Vec<Step>, StepsFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| StepsFileError::Read {
         path: path.to_path_buf(),
@@ -51,6 +55,10 @@ pub fn read_steps_file(path: &Path) -> Result<Vec<Step>, StepsFileError> {
 /// let err = parse_steps("steps.tsv".as_ref(), "build echo a\n").unwrap_err();
 /// assert_eq!(err.to_string(), "steps.tsv:1: no tab between the step name and its script");
 /// ```
+///
+/// # Errors
+/// [`StepsFileError::Line`] naming the file, the line and what is wrong with
+/// it.
 pub fn parse_steps(path: &Path, text: &str) -> Result<Vec<Step>, StepsFileError> {
     let mut steps = Vec::new();
     let mut names = HashSet::new();

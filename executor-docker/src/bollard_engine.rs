@@ -34,6 +34,11 @@ impl BollardEngine {
     /// Connects as the docker CLI does (`DOCKER_HOST`, else the default
     /// socket) and negotiates the API version, which is also the check
     /// that the engine answers.
+    ///
+    /// # Errors
+    /// `Backend` of kind `unreachable` naming `DOCKER_HOST` or the socket when
+    /// the engine does not answer; `InvalidInput` for a `DOCKER_HOST` it cannot
+    /// use.
     pub async fn connect() -> Result<Self, ExecutorError> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string());
         let unreachable = |err: &dyn std::fmt::Display| {

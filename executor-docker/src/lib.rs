@@ -23,6 +23,8 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+// Every public function that can fail says how: embedders match on it.
+#![warn(clippy::missing_errors_doc)]
 
 mod bollard_engine;
 mod dry_run;
@@ -105,6 +107,10 @@ impl DockerExecutor {
     /// Connects to the engine as the docker CLI does (`DOCKER_HOST`, else
     /// `/var/run/docker.sock`); an engine that does not answer is an error
     /// naming where it looked.
+    ///
+    /// # Errors
+    /// `Backend` of kind `unreachable` when no engine answers where it looked;
+    /// as [`BollardEngine::connect`].
     pub async fn connect(options: DockerOptions) -> Result<Self, ExecutorError> {
         let engine = BollardEngine::connect().await?;
         Ok(Self::with_engine(Arc::new(engine), options))

@@ -79,6 +79,10 @@ pub const RUN: &[Permission] = &[
 
 /// Asks the server about every permission in `needed` and fails, naming
 /// each one missing and the namespace, when any is.
+///
+/// # Errors
+/// [`ExecutorError::InvalidInput`] naming each permission missing and the
+/// namespace; `Backend` when the server could not be asked.
 pub async fn check(cluster: &dyn Cluster, needed: &[Permission]) -> Result<(), ExecutorError> {
     let answers =
         futures_util::future::join_all(needed.iter().map(|p| cluster.access_review(p))).await;

@@ -156,6 +156,13 @@ fn client_certificate_of(source: &KubeconfigSource) -> String {
 impl KubeCluster {
     /// Builds a client as kubectl would and checks the server answers; an
     /// unreachable server or a refused credential is an error naming the server.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] for a kubeconfig that cannot be read or
+    /// used (naming `KubeconfigSource::kubeconfig`), or one that skips TLS
+    /// verification without [`KubeconfigSource::insecure_skip_tls_verify`];
+    /// `Backend` of kind `unreachable` when the server does not answer, and a
+    /// refusal when it rejects the credentials.
     pub async fn connect(source: &KubeconfigSource) -> Result<Self, ExecutorError> {
         let options = KubeConfigOptions {
             context: source.context.clone(),

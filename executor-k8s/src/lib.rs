@@ -19,6 +19,8 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+// Every public function that can fail says how: embedders match on it.
+#![warn(clippy::missing_errors_doc)]
 
 pub mod access;
 pub mod cluster;
@@ -121,6 +123,9 @@ impl Default for K8sOptions {
 impl K8sExecutor {
     /// Connects as kubectl would; an unreachable server or a refused
     /// credential is an error naming the server.
+    ///
+    /// # Errors
+    /// As [`KubeCluster::connect`].
     pub async fn connect(
         source: &KubeconfigSource,
         options: K8sOptions,

@@ -22,6 +22,8 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+// Every public function that can fail says how: embedders match on it.
+#![warn(clippy::missing_errors_doc)]
 
 mod executor;
 mod host;
@@ -93,6 +95,11 @@ impl ShellExecutor {
     /// let executor = executor_shell::ShellExecutor::new(dir.path().join("runs"));
     /// executor.prepare_base().unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// `Io` when a folder on the way cannot be made;
+    /// [`ExecutorError::InvalidInput`] when one of them could be changed by
+    /// another user (naming it and its owner).
     pub fn prepare_base(&self) -> Result<(), ExecutorError> {
         root::prepare_private(&self.base)
     }

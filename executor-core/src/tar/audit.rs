@@ -20,6 +20,9 @@ const MAX_HOPS: usize = 40;
 /// let leaving = executor_core::tar::links_leaving(dir.path()).unwrap();
 /// assert_eq!(leaving, [dir.path().join("out")]);
 /// ```
+///
+/// # Errors
+/// The error of canonicalizing `root` or of reading a folder or link under it.
 pub fn links_leaving(root: &Path) -> std::io::Result<Vec<PathBuf>> {
     let root = root.canonicalize()?;
     let mut leaving = Vec::new();

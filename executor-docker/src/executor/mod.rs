@@ -54,6 +54,9 @@ impl DockerExecutor {
 
     /// Every container of `runner`, live or not, then every volume of its
     /// (as `volume/NAME`), by label: the probe for leftovers.
+    ///
+    /// # Errors
+    /// `Backend` when the engine could not be listed.
     pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
         let mut found = self.containers(runner).await?;
         found.extend(
@@ -66,6 +69,9 @@ impl DockerExecutor {
     }
 
     /// The ids of every container of `runner`, live or not.
+    ///
+    /// # Errors
+    /// `Backend` when the engine could not be listed.
     pub async fn containers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
         Ok(self
             .runner_containers(runner)

@@ -70,12 +70,18 @@ impl K8sExecutor {
     /// permission a run ([`access::RUN`]) uses, before anything is created;
     /// an error names each missing one. `start` calls it; calling it first
     /// lets a caller refuse a run before anything else.
+    ///
+    /// # Errors
+    /// As [`access::check`]: each permission missing, named.
     pub async fn check_run_permissions(&self) -> Result<(), ExecutorError> {
         self.check_permissions("run", access::RUN).await
     }
 
     /// As [`K8sExecutor::check_run_permissions`], for `cleanup`
     /// ([`access::CLEANUP`]).
+    ///
+    /// # Errors
+    /// As [`access::check`]: each permission missing, named.
     pub async fn check_cleanup_permissions(&self) -> Result<(), ExecutorError> {
         self.check_permissions("cleanup", access::CLEANUP).await
     }
@@ -108,6 +114,9 @@ impl K8sExecutor {
     /// leftovers. A Job already deleted in the foreground is not one: once
     /// its pods are gone only the garbage collector's removal of the object
     /// is left, and any pod it still has is listed on its own.
+    ///
+    /// # Errors
+    /// `Backend` when the cluster could not be listed.
     pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
         let selector = runner_selector(runner);
         let mut found = Vec::new();

@@ -199,6 +199,14 @@ pub enum UnpackError {
 /// assert_eq!(std::fs::read_to_string(dst.path().join("a.txt"))?, "hi");
 /// # Ok(()) }
 /// ```
+///
+/// # Errors
+/// [`UnpackError`] for a stream refused as a whole: past `limits`
+/// (`TooLarge`, `TooManyEntries`), a header kind that is never parsed
+/// (`Forbidden`), an extension header past its cap (`ExtensionTooLarge`),
+/// or a stream that is not tar, broke or ended early, or `dest` that could
+/// not be written (`Io`). Entries refused one by one are not errors: they
+/// are named in the summary.
 pub async fn unpack_untrusted<R: AsyncRead + Unpin>(
     reader: R,
     dest: &Path,
