@@ -104,6 +104,14 @@ pub type ExecOutput = BoxStream<'static, Result<(StepStream, Bytes), ExecutorErr
 pub use executor_core::events::OutputStream as StepStream;
 
 /// The Docker Engine calls the executor makes; each maps to one API call.
+///
+/// # Errors
+/// Every call fails with an [`ExecutorError::Backend`] naming the call.
+/// Its kind says whether another try may pass: `unreachable` for an
+/// engine that did not answer or answered 5xx, `image` for a pull the
+/// registry refused, otherwise what the engine refused as it stands. A
+/// missing object is not an error where the call says so (`remove`,
+/// `remove_volume`).
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Engine: Send + Sync {

@@ -72,6 +72,13 @@ pub trait ExecSession: Send {
 pub type PodEvents = Pin<Box<dyn Stream<Item = Result<WatchEvent<Pod>, ExecutorError>> + Send>>;
 
 /// The Kubernetes API calls the executor makes, all in one namespace.
+///
+/// # Errors
+/// Every call fails with an [`ExecutorError::Backend`] naming the call.
+/// Its kind says whether another try may pass: `unreachable` for no
+/// answer, a dropped connection, 429 or 5xx (after the client's own
+/// retries), otherwise what the server refused as it stands. A missing
+/// object is not an error where the call says so (`get_pod`, the deletes).
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Cluster: Send + Sync {
