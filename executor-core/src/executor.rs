@@ -274,11 +274,15 @@ pub trait Executor: Send + Sync {
     ///
     /// # Errors
     /// `Backend` when the engine could not be told (unreachable, refused);
-    /// the environment is then left to [`Executor::cleanup`] at its expiry.
+    /// the driver then writes the environment to its journal, if it has
+    /// one ([`journal`](crate::journal)), and otherwise it is left to
+    /// [`Executor::cleanup`] at its expiry. Stopping an environment by a
+    /// handle of only its `id` (as a journal sweep does) must work too.
     ///
     /// # Cancellation
     /// Dropping the future may leave the environment; the driver bounds
-    /// `stop` with `DriverOptions::grace` and records it if so.
+    /// `stop` with `DriverOptions::stop_timeout`, records it if so, and
+    /// writes the environment to `DriverOptions::journal`.
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError>;
 
     /// Removes environments that earlier runs of `runner` left behind,

@@ -26,6 +26,7 @@ mod error;
 pub mod events;
 mod executor;
 pub mod failure;
+pub mod journal;
 pub mod labels;
 mod log;
 pub mod mask;

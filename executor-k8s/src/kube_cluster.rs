@@ -43,10 +43,11 @@ pub struct KubeCluster {
     tls_unverified: bool,
     server: String,
     keepalive: std::time::Duration,
+    reconnect_timeout: std::time::Duration,
 }
 
-/// Attempts of a call that is safe to repeat.
-const ATTEMPTS: u32 = 5;
+/// The longest pause between two tries of a call.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 fn retryable(err: &kube::Error) -> bool {
     match err {
@@ -91,33 +92,48 @@ fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 404)
 }
 
-/// Repeats `call` on 429, 5xx and dropped connections, backing off.
-async fn retry<T, F, Fut>(what: &str, mut call: F) -> Result<T, ExecutorError>
+/// Repeats `call` while the server does not answer (429, 5xx, refused or
+/// dropped connections), backing off from 100 ms to [`MAX_PAUSE`], until
+/// `within` has passed; then the last error is the call's.
+async fn retry<T, F, Fut>(what: &str, within: Duration, mut call: F) -> Result<T, ExecutorError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
+    let deadline = tokio::time::Instant::now() + within;
     let mut pause = Duration::from_millis(100);
-    for attempt in 1..=ATTEMPTS {
+    let mut tries = 0u32;
+    loop {
+        tries = tries.saturating_add(1);
         match call().await {
-            Ok(v) => return Ok(v),
-            Err(err) if attempt < ATTEMPTS && retryable(&err) => {
-                tracing::debug!(what, attempt, err = %describe(&err), "retrying");
-                // Backoff between attempts of a repeatable call.
+            Ok(v) => {
+                if tries > 1 {
+                    tracing::warn!(what, tries, "the API server answered again");
+                }
+                return Ok(v);
+            }
+            Err(err) if retryable(&err) && tokio::time::Instant::now() + pause < deadline => {
+                if tries == 1 {
+                    tracing::warn!(
+                        what,
+                        err = %describe(&err),
+                        within_s = within.as_secs(),
+                        "the API server did not answer; trying again"
+                    );
+                }
+                // Backoff between tries of a call the server did not answer.
                 tokio::time::sleep(pause).await;
-                pause *= 2;
+                pause = pause.saturating_mul(2).min(MAX_PAUSE);
             }
             Err(err) => return Err(failed(what, err)),
         }
     }
-    Err(ExecutorError::unreachable(what, "gave up"))
 }
 
-async fn once<T>(
-    what: &str,
-    call: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, ExecutorError> {
-    call.await.map_err(|e| failed(what, e))
+/// Whether the server said the object already exists: a create whose
+/// first try was done though its answer was lost.
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409)
 }
 
 /// Where the kubeconfig's current user keeps its client certificate, for
@@ -244,7 +260,15 @@ impl KubeCluster {
             server,
             tls_unverified,
             keepalive: crate::K8sOptions::default().keepalive,
+            reconnect_timeout: crate::K8sOptions::default().reconnect_timeout,
         })
+    }
+
+    /// How long a call that got no answer is tried again
+    /// ([`K8sOptions::reconnect_timeout`](crate::K8sOptions::reconnect_timeout)).
+    pub fn reconnect_timeout(mut self, within: std::time::Duration) -> Self {
+        self.reconnect_timeout = within;
+        self
     }
 
     /// Pings every exec that has been silent this long, so proxies and
@@ -303,27 +327,43 @@ impl Cluster for KubeCluster {
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
         let post = PostParams::default();
-        let answer = retry("checking the run's permissions", || {
-            api.create(&post, &review)
-        })
+        let answer = retry(
+            "checking the run's permissions",
+            self.reconnect_timeout,
+            || api.create(&post, &review),
+        )
         .await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {
-        once(
+        let api = self.api::<Secret>();
+        let post = PostParams::default();
+        // The name is the run's own: a conflict is this create's earlier
+        // try, done though its answer was lost.
+        retry(
             "creating the run's Secret",
-            self.api::<Secret>().create(&PostParams::default(), secret),
+            self.reconnect_timeout,
+            || async {
+                match api.create(&post, secret).await {
+                    Err(e) if is_conflict(&e) => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            },
         )
-        .await?;
-        Ok(())
+        .await
     }
 
     async fn create_job(&self, job: &Job) -> Result<Job, ExecutorError> {
-        once(
-            "creating the run's Job",
-            self.api::<Job>().create(&PostParams::default(), job),
-        )
+        let api = self.api::<Job>();
+        let post = PostParams::default();
+        let name = job.metadata.name.clone().unwrap_or_default();
+        retry("creating the run's Job", self.reconnect_timeout, || async {
+            match api.create(&post, job).await {
+                Err(e) if is_conflict(&e) => api.get(&name).await,
+                other => other,
+            }
+        })
         .await
     }
 
@@ -331,9 +371,11 @@ impl Cluster for KubeCluster {
         let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
         let api = self.api::<Secret>();
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
-        retry("giving the Secret to its Job", || {
-            api.patch(name, &pp, &patch)
-        })
+        retry(
+            "giving the Secret to its Job",
+            self.reconnect_timeout,
+            || api.patch(name, &pp, &patch),
+        )
         .await?;
         Ok(())
     }
@@ -341,7 +383,7 @@ impl Cluster for KubeCluster {
     async fn list_pods(&self, selector: &str) -> Result<(Vec<Pod>, String), ExecutorError> {
         let api = self.api::<Pod>();
         let lp = ListParams::default().labels(selector);
-        let list = retry("listing pods", || api.list(&lp)).await?;
+        let list = retry("listing pods", self.reconnect_timeout, || api.list(&lp)).await?;
         Ok((
             list.items,
             list.metadata.resource_version.unwrap_or_default(),
@@ -355,21 +397,31 @@ impl Cluster for KubeCluster {
     ) -> Result<PodEvents, ExecutorError> {
         let api = self.api::<Pod>();
         let wp = WatchParams::default().labels(selector).timeout(290);
-        let stream = retry("watching pods", || api.watch(&wp, resource_version)).await?;
+        let stream = retry("watching pods", self.reconnect_timeout, || {
+            api.watch(&wp, resource_version)
+        })
+        .await?;
         Ok(stream.map_err(|e| failed("watching pods", e)).boxed())
     }
 
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError> {
         let api = self.api::<Pod>();
-        retry("reading the pod", || api.get_opt(name)).await
+        retry("reading the pod", self.reconnect_timeout, || {
+            api.get_opt(name)
+        })
+        .await
     }
 
     async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError> {
         let api = self.api::<Event>();
         let lp = ListParams::default().fields(&format!("involvedObject.name={pod}"));
-        Ok(retry("listing the pod's events", || api.list(&lp))
+        Ok(
+            retry("listing the pod's events", self.reconnect_timeout, || {
+                api.list(&lp)
+            })
             .await?
-            .items)
+            .items,
+        )
     }
 
     async fn exec(
@@ -388,7 +440,10 @@ impl Cluster for KubeCluster {
             kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", self.namespace))
                 .exec(pod, argv.iter().cloned(), &ap)
                 .map_err(|e| ExecutorError::backend("building an exec request", e))?;
-        let connection = retry("starting an exec", || self.client.connect(request.clone())).await?;
+        let connection = retry("starting an exec", self.reconnect_timeout, || {
+            self.client.connect(request.clone())
+        })
+        .await?;
         let v5 = connection.supports_stream_close();
         Ok(Box::new(WsExec::new(
             Box::pin(connection.into_stream()),
@@ -404,7 +459,7 @@ impl Cluster for KubeCluster {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(_) => {
-                retry("deleting the Job", || async {
+                retry("deleting the Job", self.reconnect_timeout, || async {
                     match api.delete(name, &dp).await {
                         Err(e) if is_not_found(&e) => Ok(()),
                         other => other.map(|_| ()),
@@ -417,7 +472,7 @@ impl Cluster for KubeCluster {
 
     async fn delete_secret(&self, name: &str) -> Result<(), ExecutorError> {
         let api = self.api::<Secret>();
-        retry("deleting the Secret", || async {
+        retry("deleting the Secret", self.reconnect_timeout, || async {
             match api.delete(name, &DeleteParams::default()).await {
                 Err(e) if is_not_found(&e) => Ok(()),
                 other => other.map(|_| ()),
@@ -429,12 +484,20 @@ impl Cluster for KubeCluster {
     async fn list_jobs(&self, selector: &str) -> Result<Vec<Job>, ExecutorError> {
         let api = self.api::<Job>();
         let lp = ListParams::default().labels(selector);
-        Ok(retry("listing Jobs", || api.list(&lp)).await?.items)
+        Ok(
+            retry("listing Jobs", self.reconnect_timeout, || api.list(&lp))
+                .await?
+                .items,
+        )
     }
 
     async fn list_secrets(&self, selector: &str) -> Result<Vec<Secret>, ExecutorError> {
         let api = self.api::<Secret>();
         let lp = ListParams::default().labels(selector);
-        Ok(retry("listing Secrets", || api.list(&lp)).await?.items)
+        Ok(
+            retry("listing Secrets", self.reconnect_timeout, || api.list(&lp))
+                .await?
+                .items,
+        )
     }
 }

@@ -92,6 +92,10 @@ pub struct K8sOptions {
     pub stop_timeout: Duration,
     /// How often a silent exec is pinged.
     pub keepalive: Duration,
+    /// How long a call the API server did not answer (refused, reset,
+    /// timed out, 429, 5xx) is tried again, backing off, before it fails:
+    /// an API server restarting or a gateway blinking is ridden out.
+    pub reconnect_timeout: Duration,
 }
 
 impl Default for K8sOptions {
@@ -116,6 +120,7 @@ impl Default for K8sOptions {
             ttl_after_finished: Duration::from_secs(600),
             stop_timeout: Duration::from_secs(120),
             keepalive: Duration::from_secs(20),
+            reconnect_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -132,7 +137,8 @@ impl K8sExecutor {
     ) -> Result<Self, ExecutorError> {
         let cluster = KubeCluster::connect(source)
             .await?
-            .keepalive(options.keepalive);
+            .keepalive(options.keepalive)
+            .reconnect_timeout(options.reconnect_timeout);
         Ok(Self::with_cluster(Arc::new(cluster), options))
     }
 

@@ -332,8 +332,15 @@ async fn a_long_silent_step_survives_an_idle_connection_timeout() {
     ignore = "needs a container engine: run scripts/test.sh"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn safe_calls_are_retried_and_a_failed_create_is_a_clear_error() {
-    let backend = k8s().await;
+async fn calls_are_retried_and_a_create_that_keeps_failing_is_a_clear_error() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            reconnect_timeout: Duration::from_secs(2),
+            ..common::options()
+        },
+    )
+    .await;
     let fx = Fixture::new("retry");
     backend
         .cluster
@@ -349,10 +356,20 @@ async fn safe_calls_are_retried_and_a_failed_create_is_a_clear_error() {
     let (result, log) = run_to_end(&backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
 
+    // A create is tried again too: the Job's name is the run's own, so a
+    // conflict would be the first try, done though its answer was lost.
     backend
         .cluster
         .faults()
         .fail_requests("POST", "/jobs", 500, 1);
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+
+    // One that keeps failing past K8sOptions::reconnect_timeout is an error.
+    backend
+        .cluster
+        .faults()
+        .fail_requests("POST", "/jobs", 500, 10_000);
     let (result, _) = run_to_end(&backend, &spec).await;
     assert_eq!(result.status, RunStatus::Error);
     let error = error_of(&result);

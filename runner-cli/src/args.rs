@@ -240,6 +240,11 @@ pub struct K8sArgs {
     /// How long the pod may take to be ready (renting a node counts).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub pod_timeout: Duration,
+    /// How long a call the API server does not answer (refused, reset,
+    /// 429, 5xx) is tried again, backing off, before it fails; stop and
+    /// cleanup ride out an outage this long.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub reconnect_timeout: Duration,
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -341,8 +346,23 @@ pub struct CleanupArgs {
     /// Folder for the shell executor's run folders.
     #[arg(long, env = "RUNNER_SHELL_ROOT")]
     pub shell_root: Option<PathBuf>,
+    /// Host folder of the caches, as given to `run`; the journal of
+    /// environments runs could not remove is beside it.
+    #[arg(long, env = "RUNNER_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub k8s: K8sArgs,
+}
+
+/// The journal of environments runs could not remove: beside the cache
+/// folder (`journal` next to `caches`).
+pub fn journal(cache_dir: Option<&std::path::Path>) -> executor_core::journal::Journal {
+    let caches = cache_dir.map_or_else(executor_core::CacheStore::default_dir, |d| d.to_path_buf());
+    let dir = match caches.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.join("journal"),
+        _ => caches.join(".journal"),
+    };
+    executor_core::journal::Journal::new(dir)
 }
 
 /// `90`, `90s`, `15m`, `2h`, `1h30m`; at most [`executor_core::MAX_TIMEOUT`] (30 days).

@@ -142,6 +142,7 @@ fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOption
         // Untrusted code gets a node to itself unless told otherwise.
         isolate: args.isolate.unwrap_or(untrusted),
         pod_timeout: args.pod_timeout,
+        reconnect_timeout: args.reconnect_timeout,
         ..K8sOptions::default()
     }
 }

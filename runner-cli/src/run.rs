@@ -111,9 +111,16 @@ pub async fn run(args: RunArgs) -> i32 {
         log.add_sink(sink);
     }
 
+    let journal = crate::args::journal(args.cache_dir.as_deref());
     if !args.no_cleanup && !args.dry_run {
         let cleaned = tokio::select! {
-            cleaned = executor.cleanup(&spec.runner, CleanupScope::Expired) => cleaned,
+            cleaned = async {
+                // What earlier runs could not remove goes first, whatever its expiry.
+                if let Err(err) = journal.sweep(executor.as_ref(), &spec.runner).await {
+                    tracing::warn!(%err, "the journal of earlier runs could not be read; going on");
+                }
+                executor.cleanup(&spec.runner, CleanupScope::Expired).await
+            } => cleaned,
             _ = cancel.cancelled() => {
                 return cancelled_before_start(&args, started_at, "cleaning up earlier runs")
             }
@@ -134,6 +141,8 @@ pub async fn run(args: RunArgs) -> i32 {
             executor_core::CacheStore::new(cache_dir, cache_max)
         }),
         retry: RetryPolicy::retries(args.retry),
+        journal: (!args.dry_run).then_some(journal),
+        stop_timeout: stop_timeout(&args),
         ..DriverOptions::default()
     };
     let result = run_with(executor.as_ref(), &spec, &log, cancel, &driver).await;
@@ -159,6 +168,18 @@ pub async fn run(args: RunArgs) -> i32 {
         say!("runner-cli: run {}: {error}", result.name);
     }
     result.exit_code()
+}
+
+/// How long `stop` may take: on Kubernetes, the delete riding out an
+/// outage of up to `--reconnect-timeout`, then the pod's removal.
+fn stop_timeout(args: &RunArgs) -> std::time::Duration {
+    match args.executor {
+        ExecutorKind::K8s => args
+            .k8s
+            .reconnect_timeout
+            .saturating_add(executor_k8s::K8sOptions::default().stop_timeout),
+        _ => executor_core::DEFAULT_GRACE,
+    }
 }
 
 /// Checks every input before anything runs; the message names the flag.
@@ -341,12 +362,20 @@ pub async fn cleanup(args: CleanupArgs) -> i32 {
     } else {
         CleanupScope::Expired
     };
+    let journal = crate::args::journal(args.cache_dir.as_deref());
+    let swept = match journal.sweep(executor.as_ref(), &args.runner).await {
+        Ok(swept) => swept,
+        Err(err) => {
+            say!("runner-cli: cleanup: {err}");
+            return EXIT_INFRA;
+        }
+    };
     match executor.cleanup(&args.runner, scope).await {
         Ok(report) => {
-            for removed in &report.removed {
+            for removed in swept.iter().chain(&report.removed) {
                 print_out!("removed {removed}");
             }
-            print_out!("{} removed", report.removed.len());
+            print_out!("{} removed", swept.len() + report.removed.len());
             0
         }
         Err(err) => {

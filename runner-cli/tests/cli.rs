@@ -572,6 +572,43 @@ fn cleanup_subcommand_removes_crashed_run_folders() {
     assert!(!runner_dir.join("crashed-run").exists());
 }
 
+/// The journal beside the cache folder: what a run could not remove is
+/// removed by the next cleanup of that runner, and forgotten.
+#[test]
+fn cleanup_sweeps_the_journal_beside_the_cache_folder() {
+    let case = Case::new();
+    let journal = executor_core::journal::Journal::new(case.path("journal"));
+    journal
+        .record(&executor_core::journal::Leftover::new(
+            "shell",
+            "did:plc:cli-test",
+            "/gone/run-folder",
+            "stop: did not finish",
+        ))
+        .unwrap();
+    let out = bin()
+        .args([
+            "cleanup",
+            "--executor",
+            "shell",
+            "--runner",
+            "did:plc:cli-test",
+        ])
+        .arg("--shell-root")
+        .arg(case.path("roots"))
+        .arg("--cache-dir")
+        .arg(case.path("caches"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("removed /gone/run-folder"), "{stdout}");
+    assert!(journal
+        .entries("shell", "did:plc:cli-test")
+        .unwrap()
+        .is_empty());
+}
+
 #[test]
 fn caches_are_cold_then_warm_across_runs() {
     let case = Case::new();

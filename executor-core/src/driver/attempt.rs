@@ -1,7 +1,7 @@
 //! One attempt of a run: start, caches in, every step, caches out,
 //! outputs, stop.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -11,6 +11,7 @@ use super::millis;
 use super::supervise::{Supervised, Watch};
 use crate::cache::CacheResult;
 use crate::events::Event;
+use crate::journal::Leftover;
 use crate::tar::RefusedEntry;
 use crate::{
     CommandOutcome, DriverOptions, Executor, ExecutorError, Failure, FailureKind, Phases,
@@ -110,7 +111,7 @@ pub(super) async fn run_attempt(
         Supervised::Interrupted(why, finished) => {
             if let Some(Ok(handle)) = finished {
                 // start completed while being interrupted: it still needs stopping.
-                stop_once(executor, &handle, log, options.grace, &mut record).await;
+                stop_once(executor, &handle, spec, log, options, &mut record).await;
             }
             let msg = format!("{} while starting the environment", why.describe());
             log.line(&msg);
@@ -163,7 +164,7 @@ pub(super) async fn run_attempt(
     }
 
     collect_outputs(executor, &handle, spec, options, log, &mut record).await;
-    stop_once(executor, &handle, log, options.grace, &mut record).await;
+    stop_once(executor, &handle, spec, log, options, &mut record).await;
     record.ended()
 }
 
@@ -349,24 +350,37 @@ async fn run_step(
 async fn stop_once(
     executor: &dyn Executor,
     handle: &RunHandle,
+    spec: &RunSpec,
     log: &RunLog,
-    grace: Duration,
+    options: &DriverOptions,
     record: &mut AttemptRecord,
 ) {
     log.line("stopping the environment");
     let began = Instant::now();
-    let outcome = tokio::time::timeout(grace, executor.stop(handle)).await;
+    let limit = options.stop_timeout;
+    let outcome = tokio::time::timeout(limit, executor.stop(handle)).await;
     record.phases.stop_ms = millis(began);
     let failure = match outcome {
         Ok(Ok(())) => return,
         Ok(Err(err)) => err.failure(format!("stop: {err}")),
         Err(_) => Failure::new(
             FailureKind::Unreachable,
-            format!("stop: did not finish within {grace:?}"),
+            format!("stop: did not finish within {limit:?}"),
         ),
     };
     log.line(&failure.message);
     tracing::error!(run = %handle.id, "{}", failure.message);
+    if let Some(journal) = &options.journal {
+        let leftover = Leftover::new(executor.kind(), &spec.runner, &handle.id, &failure.message);
+        match journal.record(&leftover) {
+            Ok(()) => log.line(&format!(
+                "environment {} is in the journal {}: the next run or cleanup of this runner removes it",
+                handle.id,
+                journal.dir().display()
+            )),
+            Err(err) => log.line(&format!("could not write the journal: {err}")),
+        }
+    }
     record.note(failure);
 }
 

@@ -14,6 +14,7 @@ use self::attempt::{refused, run_attempt, AttemptRecord};
 use self::supervise::Watch;
 use crate::cache::CacheStore;
 use crate::events::Event;
+use crate::journal::Journal;
 use crate::result::manifest;
 use crate::tar::UnpackLimits;
 use crate::{Attempt, Executor, Failure, RetryPolicy, RunLog, RunResult, RunSpec, RunStatus};
@@ -25,9 +26,15 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 /// Options of [`run_with`].
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
-    /// How long an interrupted operation may take to wind down, and the
-    /// limit of `stop`.
+    /// How long an interrupted operation may take to wind down.
     pub grace: Duration,
+    /// How long `stop` may take, retries of an unreachable engine
+    /// included, before the environment is left to the journal (or, with
+    /// none, to cleanup at its expiry).
+    pub stop_timeout: Duration,
+    /// Where environments that `stop` could not remove are written, for
+    /// the next run or cleanup to remove ([`Journal::sweep`]).
+    pub journal: Option<Journal>,
     /// Where the run's caches live on the host; `None` skips them.
     pub caches: Option<CacheStore>,
     /// When a failed run is run again; by default never.
@@ -41,6 +48,8 @@ impl Default for DriverOptions {
     fn default() -> Self {
         DriverOptions {
             grace: DEFAULT_GRACE,
+            stop_timeout: DEFAULT_GRACE,
+            journal: None,
             caches: None,
             retry: RetryPolicy::default(),
             output_limits: UnpackLimits::default(),

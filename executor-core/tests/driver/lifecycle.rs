@@ -269,3 +269,64 @@ async fn cancelled_as_start_finishes_runs_no_step_but_collects_and_stops() {
     assert_eq!(statuses(&result), [StepStatus::Skipped]);
     assert_eq!(result.error.as_deref(), Some("cancelled before step a"));
 }
+
+#[tokio::test]
+async fn a_stop_that_fails_puts_the_environment_in_the_journal_and_a_sweep_removes_it() {
+    let (out, journal_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = executor_core::journal::Journal::new(journal_dir.path());
+    let mut mock = MockExecutor::new();
+    mock.expect_kind().return_const("fake".to_string());
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_copy_out()
+        .withf(|_, path, _, _| path == OUTPUTS)
+        .times(1)
+        .returning(|_, _, _, _| Ok(UnpackSummary::default()));
+    mock.expect_stop().times(1).returning(|_| {
+        Err(ExecutorError::unreachable(
+            "deleting the Job",
+            "connection refused",
+        ))
+    });
+    let options = DriverOptions {
+        journal: Some(journal.clone()),
+        ..DriverOptions::default()
+    };
+    let result = drive_with(mock, &spec(out.path(), &["a"]), &options).await;
+    assert_eq!(result.status, RunStatus::Error);
+    let kept = journal.entries("fake", "did:plc:driver").unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].id, "fake-1");
+    assert!(kept[0].why.contains("connection refused"), "{:?}", kept[0]);
+
+    // The next sweep: the first stop still fails and the entry stays; the
+    // second removes the environment and forgets it.
+    let mut mock = MockExecutor::new();
+    mock.expect_kind().return_const("fake".to_string());
+    let mut seq = mockall::Sequence::new();
+    mock.expect_stop()
+        .withf(|h| h.id == "fake-1")
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Err(ExecutorError::unreachable("deleting the Job", "still down")));
+    mock.expect_stop()
+        .withf(|h| h.id == "fake-1")
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(()));
+    let swept = journal.sweep(&mock, "did:plc:driver").await.unwrap();
+    assert!(swept.is_empty());
+    assert_eq!(journal.entries("fake", "did:plc:driver").unwrap().len(), 1);
+    let swept = journal.sweep(&mock, "did:plc:driver").await.unwrap();
+    assert_eq!(swept, ["fake-1"]);
+    assert!(journal
+        .entries("fake", "did:plc:driver")
+        .unwrap()
+        .is_empty());
+    // Another runner's sweep never touches it: nothing to stop.
+    assert!(journal.entries("fake", "did:plc:other").unwrap().is_empty());
+}

@@ -516,18 +516,24 @@ fn exec_upgrade(
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let container = shared.kubelet.container_of(&ns, &name);
     let upgrade = hyper::upgrade::on(&mut req);
+    let mut cut = shared.cut.subscribe();
     tokio::spawn(async move {
         match upgrade.await {
             Ok(upgraded) => {
-                exec::serve(
+                let served = exec::serve(
                     upgraded,
                     protocol,
                     &shared.kubelet,
                     &shared.faults,
                     container,
                     params,
-                )
-                .await
+                );
+                tokio::select! {
+                    () = served => {}
+                    // An outage cuts the exec's stream; the command goes on
+                    // in its container, as it does behind a real API server.
+                    _ = cut.changed() => {}
+                }
             }
             Err(err) => tracing::debug!(%err, "exec upgrade failed"),
         }

@@ -37,8 +37,22 @@ pub struct RequestFault {
     pub times: u32,
 }
 
+/// An outage of the API server, started by the first request that
+/// matches: the listener closes (new connections are refused), every open
+/// connection is cut, and after `down` the server listens again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outage {
+    /// HTTP method of the request that starts it, e.g. `DELETE`.
+    pub method: String,
+    /// A substring of that request's path.
+    pub path: String,
+    /// How long the server stays down.
+    pub down: Duration,
+}
+
 #[derive(Debug, Default)]
 struct State {
+    outages: Vec<Outage>,
     pending_for: Option<Duration>,
     unschedulable: bool,
     image_pull: Option<ImagePullFault>,
@@ -64,6 +78,8 @@ pub struct Faults {
     pod_watches: tokio::sync::watch::Sender<u64>,
     /// WebSocket pings received on execs so far.
     exec_pings: tokio::sync::watch::Sender<u64>,
+    /// Outages ended so far.
+    outages_over: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Faults {
@@ -72,6 +88,7 @@ impl Default for Faults {
             state: Mutex::default(),
             pod_watches: tokio::sync::watch::Sender::new(0),
             exec_pings: tokio::sync::watch::Sender::new(0),
+            outages_over: tokio::sync::watch::Sender::new(0),
         }
     }
 }
@@ -100,6 +117,30 @@ impl Faults {
             status,
             times,
         });
+    }
+    /// The first request matching `method` and `path` takes the server
+    /// down for `down` (see [`Outage`]); that request gets no answer.
+    pub fn outage_on(&self, method: &str, path: &str, down: Duration) {
+        self.lock().outages.push(Outage {
+            method: method.into(),
+            path: path.into(),
+            down,
+        });
+    }
+    /// How many outages have ended: the server is back after each.
+    pub fn outages_over(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.outages_over.subscribe()
+    }
+    pub(crate) fn take_outage(&self, method: &str, path: &str) -> Option<Duration> {
+        let mut s = self.lock();
+        let i = s
+            .outages
+            .iter()
+            .position(|o| o.method.eq_ignore_ascii_case(method) && path.contains(&o.path))?;
+        Some(s.outages.remove(i).down)
+    }
+    pub(crate) fn note_outage_over(&self) {
+        self.outages_over.send_modify(|n| *n += 1);
     }
     /// The next exec that produces output has its stream cut right after.
     pub fn cut_next_exec(&self) {

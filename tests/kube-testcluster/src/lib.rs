@@ -40,7 +40,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use exec::Protocol;
-pub use faults::{Faults, ImagePullFault, PodFault};
+pub use faults::{Faults, ImagePullFault, Outage, PodFault};
 pub use kubelet::{parse_quantity, CLUSTER_LABEL, NODE};
 pub use server::{AuthMode, Recorded, RecordedBody};
 pub use tls::KubeconfigAuth;
@@ -116,6 +116,7 @@ impl TestCluster {
             faults.clone(),
             network,
         ));
+        let (outages_tx, outages_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             store,
             kubelet,
@@ -136,8 +137,15 @@ impl TestCluster {
                     .collect(),
             ),
             protocols: Mutex::new(Vec::new()),
+            cut: tokio::sync::watch::Sender::new(0),
+            outages: outages_tx,
         });
-        let server = tokio::spawn(server::serve(listener, acceptor, shared.clone()));
+        let server = tokio::spawn(server::serve(
+            listener,
+            acceptor,
+            shared.clone(),
+            outages_rx,
+        ));
         let dir = tempfile::Builder::new()
             .prefix("knotless-testcluster-")
             .tempdir()

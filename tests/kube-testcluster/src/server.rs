@@ -4,6 +4,8 @@ use std::sync::{Arc, Mutex};
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use std::time::Duration;
+
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -66,6 +68,10 @@ pub struct Shared {
     /// The namespaces that exist: creating anything elsewhere is 404.
     pub(crate) namespaces: Mutex<std::collections::BTreeSet<String>>,
     pub(crate) protocols: Mutex<Vec<Protocol>>,
+    /// Moves once per outage: every open connection and exec ends.
+    pub(crate) cut: tokio::sync::watch::Sender<u64>,
+    /// Outages asked for by a request, for the accept loop.
+    pub(crate) outages: tokio::sync::mpsc::UnboundedSender<Duration>,
 }
 
 impl Shared {
@@ -131,13 +137,44 @@ async fn authorized(
     api::handle(shared, req).await
 }
 
-/// Accepts connections until the listener task is aborted.
-pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<Shared>) {
+/// Accepts connections until the listener task is aborted. An outage
+/// closes the listener (new connections are refused), cuts every open
+/// connection, and listens again on the same address when it is over.
+pub async fn serve(
+    mut listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    mut outages: tokio::sync::mpsc::UnboundedReceiver<Duration>,
+) {
+    let Ok(addr) = listener.local_addr() else {
+        return;
+    };
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            continue;
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(_) => continue,
+            },
+            Some(down) = outages.recv() => {
+                drop(listener);
+                shared.cut.send_modify(|n| *n += 1);
+                // The outage's length is the fault itself, not a wait for anything.
+                tokio::time::sleep(down).await;
+                listener = loop {
+                    match TcpListener::bind(addr).await {
+                        Ok(l) => break l,
+                        Err(err) => {
+                            tracing::debug!(%err, "test cluster relistening");
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                };
+                shared.faults.note_outage_over();
+                continue;
+            }
         };
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
+        let mut cut = shared.cut.subscribe();
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
@@ -155,6 +192,14 @@ pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<Sha
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let shared = shared.clone();
                 async move {
+                    if let Some(down) = shared
+                        .faults
+                        .take_outage(req.method().as_str(), req.uri().path())
+                    {
+                        // The server goes down under this request: no answer.
+                        let _ = shared.outages.send(down);
+                        std::future::pending::<()>().await;
+                    }
                     let token_ok = req
                         .headers()
                         .get(http::header::AUTHORIZATION)
@@ -186,8 +231,12 @@ pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<Sha
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
                 .with_upgrades();
-            if let Err(err) = conn.await {
-                tracing::debug!(%err, "test cluster connection ended");
+            tokio::select! {
+                ended = conn => if let Err(err) = ended {
+                    tracing::debug!(%err, "test cluster connection ended");
+                },
+                // An outage: dropping the connection closes its socket.
+                _ = cut.changed() => {}
             }
         });
     }

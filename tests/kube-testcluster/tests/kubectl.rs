@@ -396,3 +396,32 @@ async fn kubectl_sees_the_tenants_role() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     cluster.shutdown().await;
 }
+
+/// An outage as kubectl meets it: the request that starts it gets no
+/// answer, new connections are refused while it lasts, and afterwards
+/// the same address answers again.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_meets_an_outage_then_the_server_again() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let mut over = cluster.faults().outages_over();
+    cluster
+        .faults()
+        .outage_on("GET", "/secrets", Duration::from_secs(3));
+    let cut = kubectl(&cluster, &["get", "secrets", "--request-timeout=2s"], None).await;
+    assert_ne!(cut.code, 0, "{}", cut.stdout);
+    // While it lasts, nothing listens.
+    let refused = kubectl(&cluster, &["get", "pods", "--request-timeout=2s"], None).await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("refused"), "{}", refused.stderr);
+    tokio::time::timeout(Duration::from_secs(30), over.wait_for(|n| *n == 1))
+        .await
+        .expect("the outage never ended")
+        .unwrap();
+    let back = kubectl(&cluster, &["get", "secrets"], None).await;
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    cluster.shutdown().await;
+}

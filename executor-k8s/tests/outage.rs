@@ -1,0 +1,111 @@
+//! API-server outages: the listener closes, open connections are cut, and
+//! the server comes back. Calls ride an outage out within
+//! `K8sOptions::reconnect_timeout`; past it, what stop could not remove
+//! goes to the journal, and the next sweep removes it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::K8s;
+use executor_conformance::fixture::{assert_nothing_left, run_to_end, Fixture};
+use executor_core::journal::Journal;
+use executor_core::{run_with, DriverOptions, RunLog, RunStatus, Step};
+use executor_k8s::K8sOptions;
+use kube_testcluster::ClusterOptions;
+use tokio_util::sync::CancellationToken;
+
+/// Waits, with a deadline, until `n` outages are over.
+async fn outages_over(backend: &K8s, n: u64) {
+    let mut over = backend.cluster.faults().outages_over();
+    tokio::time::timeout(Duration::from_secs(60), over.wait_for(|seen| *seen >= n))
+        .await
+        .expect("the outage never ended")
+        .expect("the test cluster is gone");
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_as_the_job_is_deleted_is_ridden_out_and_leaves_nothing() {
+    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    let fx = Fixture::new("outage-stop");
+    // The API server goes down under the delete, for longer than the old
+    // five tries took (1.5 s), as a graceful restart does.
+    backend
+        .cluster
+        .faults()
+        .outage_on("DELETE", "/jobs/", Duration::from_secs(4));
+    let spec = fx
+        .spec(&backend, "outage-stop")
+        .step(Step::new("work", "echo done-before-the-outage"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    outages_over(&backend, 1).await;
+    assert_nothing_left(&backend, &fx.runner).await;
+    backend.cluster.shutdown().await;
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_the_reconnect_timeout_leaves_the_job_to_the_journal() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            reconnect_timeout: Duration::from_secs(2),
+            ..common::options()
+        },
+    )
+    .await;
+    let fx = Fixture::new("outage-journal");
+    let journal_dir = tempfile::tempdir().unwrap();
+    let journal = Journal::new(journal_dir.path());
+    backend
+        .cluster
+        .faults()
+        .outage_on("DELETE", "/jobs/", Duration::from_secs(8));
+    let spec = fx
+        .spec(&backend, "outage-journal")
+        .step(Step::new("work", "true"));
+    let options = DriverOptions {
+        journal: Some(journal.clone()),
+        ..DriverOptions::default()
+    };
+    let (log, text) = RunLog::memory();
+    let result = run_with(
+        &backend.executor,
+        &spec,
+        &log,
+        CancellationToken::new(),
+        &options,
+    )
+    .await;
+    let text = text.text();
+    assert_eq!(result.status, RunStatus::Error, "{text}");
+    assert!(
+        result.error.as_deref().unwrap_or("").contains("stop:"),
+        "{:?}",
+        result.error
+    );
+    assert!(text.contains("is in the journal"), "{text}");
+    let kept = journal.entries("k8s", &fx.runner).unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+
+    // Once the server is back, the next run's sweep removes the Job,
+    // whatever its expiry, and forgets it.
+    outages_over(&backend, 1).await;
+    assert!(
+        !backend.cluster.jobs("default").is_empty(),
+        "the Job outlived the run, as it would on a cluster that stayed down"
+    );
+    let swept = journal.sweep(&backend.executor, &fx.runner).await.unwrap();
+    assert_eq!(swept, [kept[0].id.clone()]);
+    assert!(journal.entries("k8s", &fx.runner).unwrap().is_empty());
+    assert_nothing_left(&backend, &fx.runner).await;
+    backend.cluster.shutdown().await;
+}
