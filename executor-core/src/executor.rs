@@ -65,7 +65,10 @@ pub struct StepCommand {
 }
 
 impl StepCommand {
-    /// The argv every backend runs: `["sh", "-ec", script]`.
+    /// The argv of the step as a command line: `["sh", "-ec", script]`.
+    /// Backends run a script that was written to a file at start as
+    /// `sh -e FILE` instead ([`ScriptFiles`](crate::script::ScriptFiles)),
+    /// since one argument holds at most 128 KiB.
     pub fn argv(&self) -> [&str; 3] {
         ["sh", "-ec", &self.script]
     }

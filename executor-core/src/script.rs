@@ -28,16 +28,109 @@ pub fn quote(s: &str) -> String {
 /// assert_eq!(argv.last().unwrap(), "make");
 /// ```
 pub fn step_argv(pid_file: &str, prelude: &str, script: &str) -> Vec<String> {
+    step_argv_from(pid_file, prelude, Script::Inline(script))
+}
+
+/// Where the step wrapper finds a step's script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Script<'a> {
+    /// In the command line itself: at most 128 KiB (the kernel's limit on
+    /// one argument), and on Kubernetes part of the exec's URL.
+    Inline(&'a str),
+    /// In a file in the environment ([`ScriptFiles`]), run as `sh -e FILE`.
+    File(&'a str),
+}
+
+/// As [`step_argv`], with the script from `script`.
+///
+/// ```
+/// use executor_core::script::{step_argv_from, Script};
+/// let argv = step_argv_from("/.knotless/1.pid", "", Script::File("/.knotless/ab.sh"));
+/// assert!(argv[2].ends_with("exec sh -e \"$1\""));
+/// assert_eq!(argv.last().unwrap(), "/.knotless/ab.sh");
+/// ```
+pub fn step_argv_from(pid_file: &str, prelude: &str, script: Script<'_>) -> Vec<String> {
+    let (flags, arg) = match script {
+        Script::Inline(text) => ("-ec", text),
+        Script::File(path) => ("-e", path),
+    };
     vec![
         "sh".into(),
         "-c".into(),
         format!(
             "{{ echo 1000 > /proc/self/oom_score_adj; }} 2>/dev/null || :; \
-             echo $$ > \"$0\" && {prelude}exec sh -ec \"$1\""
+             echo $$ > \"$0\" && {prelude}exec sh {flags} \"$1\""
         ),
         pid_file.into(),
-        script.into(),
+        arg.into(),
     ]
+}
+
+/// The step scripts a run's environment holds as files, named by their
+/// content (SHA-256), written at start with the checkout. A script of any
+/// size runs from its file, and none travels in a command line (where
+/// the kernel caps one argument at 128 KiB, and where an API server's
+/// audit log would keep it). A command finds its script's file by the
+/// script itself, so one it was not written for is never mistaken for one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScriptFiles {
+    /// The folder in the environment that holds them.
+    dir: String,
+    names: std::collections::HashSet<String>,
+}
+
+impl ScriptFiles {
+    /// The files `run`'s steps need, in the environment's folder `dir`,
+    /// without writing anything (what a dry-run shows).
+    pub fn planned(run: &crate::RunSpec, dir: &str) -> Self {
+        ScriptFiles {
+            dir: dir.trim_end_matches('/').to_string(),
+            names: run.steps.iter().map(|s| file_name(&s.script)).collect(),
+        }
+    }
+
+    /// Writes each distinct script of `run`'s steps into the host folder
+    /// `host_dir` (created), to be copied to the environment's `dir`.
+    ///
+    /// # Errors
+    /// The error of creating the folder or writing a file.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let run = executor_core::RunSpec::new("r", "did:plc:r", ".", "out")
+    ///     .step(executor_core::Step::new("build", "make"));
+    /// let files = executor_core::script::ScriptFiles::write(&run, dir.path(), "/.knotless").unwrap();
+    /// let path = files.path_of("make").unwrap();
+    /// assert!(path.starts_with("/.knotless/"));
+    /// assert_eq!(files.path_of("make test"), None);
+    /// ```
+    pub fn write(
+        run: &crate::RunSpec,
+        host_dir: &std::path::Path,
+        dir: &str,
+    ) -> std::io::Result<Self> {
+        std::fs::create_dir_all(host_dir)?;
+        let files = Self::planned(run, dir);
+        for step in &run.steps {
+            std::fs::write(host_dir.join(file_name(&step.script)), &step.script)?;
+        }
+        Ok(files)
+    }
+
+    /// The file in the environment holding `script`, if it was written.
+    pub fn path_of(&self, script: &str) -> Option<String> {
+        let name = file_name(script);
+        self.names
+            .contains(&name)
+            .then(|| format!("{}/{name}", self.dir))
+    }
+}
+
+/// The file name of a step script: its SHA-256, shortened.
+fn file_name(script: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(script.as_bytes());
+    format!("step-{}.sh", hex::encode(&digest[..16]))
 }
 
 /// A POSIX sh script that SIGKILLs the process in `pid_file` and every

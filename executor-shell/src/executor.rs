@@ -104,28 +104,33 @@ impl Executor for ShellExecutor {
         let copy = async {
             self.fill(&run.checkout, &root.work(), "copying the checkout")
                 .await?;
+            let scripts = self.host.write_scripts(run, &root.path.join("scripts"))?;
             if let Some(steps) = &run.steps_dir {
                 self.fill(steps, &root.steps(), "copying the steps folder")
                     .await?;
             }
-            Ok::<_, ExecutorError>(())
+            Ok::<_, ExecutorError>(scripts)
         };
         let copied = tokio::select! {
             r = copy => r,
             _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
         };
-        if let Err(err) = copied {
-            if let Err(removing) = self.host.remove_run(root) {
-                tracing::error!(%removing, run = %handle.id, "removing a half-made run folder failed");
+        let scripts = match copied {
+            Ok(scripts) => scripts,
+            Err(err) => {
+                if let Err(removing) = self.host.remove_run(root) {
+                    tracing::error!(%removing, run = %handle.id, "removing a half-made run folder failed");
+                }
+                return Err(err);
             }
-            return Err(err);
-        }
+        };
         self.runs().insert(
             handle.id.clone(),
             LiveRun {
                 root,
                 secrets: run.secrets.clone(),
                 groups: Default::default(),
+                scripts,
                 lingering: Vec::new(),
             },
         );
@@ -139,11 +144,12 @@ impl Executor for ShellExecutor {
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError> {
-        let (secrets, mark, groups) = match self.runs().get(&run.id) {
+        let (secrets, mark, groups, script_file) = match self.runs().get(&run.id) {
             Some(live) => (
                 live.secrets.clone(),
                 live.root.mark.clone(),
                 live.groups.clone(),
+                live.scripts.path_of(&step.script).map(PathBuf::from),
             ),
             None => {
                 return Err(ExecutorError::EnvironmentLost(format!(
@@ -163,7 +169,14 @@ impl Executor for ShellExecutor {
         );
         let finished = self
             .host
-            .run_step(Path::new(&run.work_dir), &step, log, interrupt, groups)
+            .run_step(
+                Path::new(&run.work_dir),
+                &step,
+                script_file,
+                log,
+                interrupt,
+                groups,
+            )
             .await?;
         if let Some(live) = self.runs().get_mut(&run.id) {
             live.lingering.extend(finished.lingering);

@@ -23,6 +23,12 @@ fn host() -> MockHost {
     let mut host = MockHost::new();
     host.expect_create_run()
         .returning(|_, _| Ok(RunRoot::unlocked(ROOT.into(), "m".into())));
+    host.expect_write_scripts().returning(|run, dir| {
+        Ok(executor_core::script::ScriptFiles::planned(
+            run,
+            &dir.display().to_string(),
+        ))
+    });
     host
 }
 
@@ -95,7 +101,7 @@ async fn stop_kills_every_group_a_step_made_and_the_marked_rest_then_removes_the
         .returning(|_, _, _| Ok(UnpackSummary::default()));
     host.expect_run_step()
         .times(2)
-        .returning(|_, _, _, _, groups| {
+        .returning(|_, _, _, _, _, groups| {
             groups.lock().unwrap().push(Pid::from_raw(4242));
             Ok(Finished {
                 outcome: CommandOutcome::exited(0),
@@ -133,16 +139,20 @@ async fn secrets_and_the_run_mark_reach_the_step_environment_only() {
     host.expect_copy()
         .returning(|_, _, _| Ok(UnpackSummary::default()));
     host.expect_run_step()
-        .withf(|work_dir, step, _, _, _| {
+        .withf(|work_dir, step, script_file, _, _, _| {
             let has = |k: &str, v: &str| step.env.iter().any(|(a, b)| a == k && b == v);
             work_dir == Path::new(ROOT).join("work")
                 && has("TOKEN", "s3cret")
                 && has(crate::marked::MARK_VAR, "m")
                 && has("MODE", "fast")
                 && !step.script.contains("s3cret")
+                // The script runs from the file written at start.
+                && script_file
+                    .as_deref()
+                    .is_some_and(|f| f.starts_with(Path::new(ROOT).join("scripts")))
         })
         .times(1)
-        .returning(|_, _, _, _, _| {
+        .returning(|_, _, _, _, _, _| {
             Ok(Finished {
                 outcome: CommandOutcome::exited(3),
                 lingering: Vec::new(),

@@ -5,10 +5,11 @@
 //! tests, so what a dry-run prints and what a run does are one sequence
 //! of calls, and the executor's branches are tested without a process.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use executor_core::script::ScriptFiles;
 use executor_core::tar::{pack_dir, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{ExecutorError, RunLog, RunSpec, StepCommand};
 use nix::unistd::Pid;
@@ -30,6 +31,11 @@ pub(crate) trait Host: Send + Sync {
     /// `outputs`.
     fn create_run(&self, base: &Path, run: &RunSpec) -> Result<RunRoot, ExecutorError>;
 
+    /// Writes each step script of `run` into the run folder's `dir`, named
+    /// by content ([`ScriptFiles`]): a script of any size runs from its
+    /// file, where a command line holds at most 128 KiB of one.
+    fn write_scripts(&self, run: &RunSpec, dir: &Path) -> Result<ScriptFiles, ExecutorError>;
+
     /// Streams the folder `from` into `into` (creating it) through the
     /// untrusted unpacker: what a step left in the run folder is as
     /// untrusted as a container's.
@@ -40,14 +46,16 @@ pub(crate) trait Host: Send + Sync {
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError>;
 
-    /// Runs `step` as `sh -ec` in `work_dir`, in a process group of its
-    /// own, with `step.env` (and a few of the runner's own variables) as
-    /// its environment; the group goes into `groups` as soon as it exists,
-    /// so a stop that comes while the step runs finds it.
+    /// Runs `step` as `sh -ec` in `work_dir` (as `sh -e SCRIPT_FILE` when
+    /// its script is in a file), in a process group of its own, with
+    /// `step.env` (and a few of the runner's own variables) as its
+    /// environment; the group goes into `groups` as soon as it exists, so
+    /// a stop that comes while the step runs finds it.
     async fn run_step(
         &self,
         work_dir: &Path,
         step: &StepCommand,
+        script_file: Option<PathBuf>,
         log: &RunLog,
         interrupt: CancellationToken,
         groups: Groups,
@@ -83,17 +91,28 @@ impl Host for LocalHost {
         Ok(unpack_untrusted(pack_dir(from), into, limits).await?)
     }
 
+    fn write_scripts(&self, run: &RunSpec, dir: &Path) -> Result<ScriptFiles, ExecutorError> {
+        ScriptFiles::write(run, dir, &dir.display().to_string())
+            .map_err(|e| ExecutorError::io("writing the step scripts", dir, e))
+    }
+
     async fn run_step(
         &self,
         work_dir: &Path,
         step: &StepCommand,
+        script_file: Option<PathBuf>,
         log: &RunLog,
         interrupt: CancellationToken,
         groups: Groups,
     ) -> Result<Finished, ExecutorError> {
-        process::run_step(work_dir, step, log, interrupt, |pgid| {
-            groups.lock().unwrap_or_else(|p| p.into_inner()).push(pgid)
-        })
+        process::run_step(
+            work_dir,
+            step,
+            script_file.as_deref(),
+            log,
+            interrupt,
+            |pgid| groups.lock().unwrap_or_else(|p| p.into_inner()).push(pgid),
+        )
         .await
     }
 

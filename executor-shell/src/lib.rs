@@ -56,6 +56,8 @@ struct LiveRun {
     /// environment and nothing else (no argv, no file).
     secrets: Vec<(String, executor_core::Secret)>,
     groups: host::Groups,
+    /// The step scripts the run folder holds as files.
+    scripts: executor_core::script::ScriptFiles,
     lingering: Vec<JoinHandle<()>>,
 }
 

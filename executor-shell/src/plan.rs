@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use executor_core::labels::{dns_name, label_value};
+use executor_core::script::ScriptFiles;
 use executor_core::tar::{UnpackLimits, UnpackSummary};
 use executor_core::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
 use nix::unistd::Pid;
@@ -75,17 +76,28 @@ impl Host for Plan {
         Ok(UnpackSummary::default())
     }
 
+    fn write_scripts(&self, run: &RunSpec, dir: &Path) -> Result<ScriptFiles, ExecutorError> {
+        self.say(format!(
+            "write {} step scripts into {}",
+            run.steps.len(),
+            dir.display()
+        ));
+        Ok(ScriptFiles::planned(run, &dir.display().to_string()))
+    }
+
     async fn run_step(
         &self,
         work_dir: &Path,
         step: &StepCommand,
+        script_file: Option<std::path::PathBuf>,
         _log: &RunLog,
         _interrupt: CancellationToken,
         _groups: Groups,
     ) -> Result<Finished, ExecutorError> {
         let keys: Vec<&str> = step.env.iter().map(|(k, _)| k.as_str()).collect();
+        let from = script_file.map_or_else(String::new, |f| format!(", script in {}", f.display()));
         self.say(format!(
-            "exec [step {}] sh -ec {:?} (cwd {}, env {})",
+            "exec [step {}] sh -ec {:?} (cwd {}, env {}{from})",
             step.name,
             step.script,
             work_dir.display(),

@@ -75,11 +75,17 @@ fn host_env() -> Vec<(String, std::ffi::OsString)> {
 pub(crate) async fn run_step(
     work_dir: &std::path::Path,
     step: &StepCommand,
+    script_file: Option<&std::path::Path>,
     log: &RunLog,
     interrupt: CancellationToken,
     on_spawn: impl FnOnce(Pid),
 ) -> Result<Finished, ExecutorError> {
     let [sh, flag, script] = step.argv();
+    // From its file, a script of any size; in the command line, at most 128 KiB.
+    let (flag, script) = match script_file {
+        Some(file) => ("-e", file.as_os_str()),
+        None => (flag, std::ffi::OsStr::new(script)),
+    };
     let mut child = Command::new(shell())
         .arg0(sh)
         .arg(flag)

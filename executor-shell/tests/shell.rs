@@ -264,14 +264,15 @@ async fn dry_run_prints_every_call_and_touches_nothing() {
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("environment: run folder "), "{text}");
     assert!(lines[2].starts_with("tar "), "{text}");
-    assert!(lines[3].contains("sh -ec \"make all\""), "{text}");
-    assert!(lines[3].contains("TOKEN"), "{text}");
+    assert!(lines[3].starts_with("write 1 step scripts into "), "{text}");
+    assert!(lines[4].contains("sh -ec \"make all\""), "{text}");
+    assert!(lines[4].contains("TOKEN"), "{text}");
     assert!(
         !text.contains("s3cret-value"),
         "a variable's value leaked: {text}"
     );
     assert!(
-        lines[5].starts_with("kill the run's process groups"),
+        lines[6].starts_with("kill the run's process groups"),
         "{text}"
     );
     assert!(!base.exists(), "the dry-run created {}", base.display());

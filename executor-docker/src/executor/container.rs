@@ -82,8 +82,18 @@ impl DockerExecutor {
     }
 
     /// Creates the run's folders and fills them; the container exists already.
-    pub(super) async fn prepare(&self, id: &str, run: &RunSpec) -> Result<(), ExecutorError> {
+    pub(super) async fn prepare(
+        &self,
+        id: &str,
+        run: &RunSpec,
+    ) -> Result<ScriptFiles, ExecutorError> {
         self.engine.start(id).await?;
+        // The step scripts go in with the checkout, as files in the state
+        // folder: a script of any size, and none in an exec's command line.
+        let scripts_dir = tempfile::tempdir()
+            .map_err(|e| ExecutorError::io("writing the step scripts", std::env::temp_dir(), e))?;
+        let scripts = ScriptFiles::write(run, scripts_dir.path(), STATE_DIR)
+            .map_err(|e| ExecutorError::io("writing the step scripts", scripts_dir.path(), e))?;
         // One upload to `/` creates the folders and fills them: Docker
         // refuses uploads to a missing path, and every request and exec is
         // a round trip through the engine.
@@ -91,7 +101,7 @@ impl DockerExecutor {
         if let Some(steps) = &run.steps_dir {
             what.push_str(&format!(", the steps {} as /steps", steps.display()));
         }
-        what.push_str(", empty /outputs and ");
+        what.push_str(", empty /outputs and the step scripts in ");
         what.push_str(STATE_DIR);
         if self.options.read_only {
             // The engine takes no upload to a read-only `/`, only into the
@@ -107,6 +117,14 @@ impl DockerExecutor {
                     .upload(id, "/steps", &what, pack_dir(steps))
                     .await?;
             }
+            self.engine
+                .upload(
+                    id,
+                    STATE_DIR,
+                    "the step scripts",
+                    pack_dir(scripts_dir.path()),
+                )
+                .await?;
             let chmod = format!("chmod 1777 {STATE_DIR}");
             self.exec_as_root(id, &chmod, "opening the state folder")
                 .await?;
@@ -115,7 +133,7 @@ impl DockerExecutor {
                 PackedFolder::new("work", 0o755, Some(&run.checkout)),
                 PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
                 PackedFolder::new("outputs", 0o755, None),
-                PackedFolder::new(&STATE_DIR[1..], 0o1777, None),
+                PackedFolder::new(&STATE_DIR[1..], 0o1777, Some(scripts_dir.path())),
             ];
             self.engine
                 .upload(id, "/", &what, pack_folders(folders))
@@ -130,7 +148,7 @@ impl DockerExecutor {
             self.exec_as_root(id, &chown, "giving /work to DockerOptions::user")
                 .await?;
         }
-        Ok(())
+        Ok(scripts)
     }
 }
 

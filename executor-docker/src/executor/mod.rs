@@ -21,6 +21,7 @@ use tokio_util::io::StreamReader;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{ContainerSpec, Engine, ExecSpec};
+use executor_core::script::{step_argv_from, Script, ScriptFiles};
 
 mod container;
 mod execs;
@@ -39,6 +40,8 @@ pub struct DockerExecutor {
     live: Mutex<HashSet<String>>,
     /// OOM kills counted so far per container, to tell a new one.
     oom_kills: Mutex<HashMap<String, u64>>,
+    /// The step scripts each live container holds as files.
+    scripts: Mutex<HashMap<String, ScriptFiles>>,
 }
 
 impl DockerExecutor {
@@ -49,6 +52,7 @@ impl DockerExecutor {
             options,
             live: Mutex::new(HashSet::new()),
             oom_kills: Mutex::new(HashMap::new()),
+            scripts: Mutex::new(HashMap::new()),
         }
     }
 
@@ -139,12 +143,19 @@ impl Executor for DockerExecutor {
             r = self.prepare(&id, run) => r,
             _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
         };
-        if let Err(err) = prepared {
-            if let Err(remove_err) = self.engine.remove(&id).await {
-                tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
+        let scripts = match prepared {
+            Ok(scripts) => scripts,
+            Err(err) => {
+                if let Err(remove_err) = self.engine.remove(&id).await {
+                    tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
+                }
+                return Err(err);
             }
-            return Err(err);
-        }
+        };
+        self.scripts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), scripts);
         self.live().insert(id.clone());
         Ok(RunHandle::in_container(id))
     }
@@ -160,7 +171,18 @@ impl Executor for DockerExecutor {
         let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
         // Record the shell's pid so an interrupt can kill the step's
         // processes: the engine has no call to kill an exec.
-        let cmd = executor_core::script::step_argv(&pid_file, "", &step.script);
+        let file = self
+            .scripts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .and_then(|files| files.path_of(&step.script));
+        let script = match &file {
+            Some(path) => Script::File(path),
+            // A script the run was not started with: in the command line.
+            None => Script::Inline(&step.script),
+        };
+        let cmd = step_argv_from(&pid_file, "", script);
         let exec = ExecSpec {
             cmd,
             env: step.env.clone(),
@@ -296,6 +318,10 @@ impl Executor for DockerExecutor {
         self.engine.remove(&run.id).await?;
         self.live().remove(&run.id);
         self.oom_kills
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&run.id);
+        self.scripts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&run.id);

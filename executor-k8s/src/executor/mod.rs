@@ -20,6 +20,7 @@ use crate::access;
 use crate::cluster::{Cluster, Ended, ExecIo};
 use crate::job::{objects, runner_selector, CONTAINER, STATE_DIR};
 use crate::{wait, K8sOptions};
+use executor_core::script::{step_argv_from, Script, ScriptFiles};
 
 mod pod_exec;
 mod variables;
@@ -44,6 +45,8 @@ struct LiveRun {
     has_secret: bool,
     /// The variables the pod holds for its steps.
     variables: PodVariables,
+    /// The step scripts the pod holds as files.
+    scripts: ScriptFiles,
 }
 
 /// How long the pod's status may lag a container that stopped under a
@@ -293,6 +296,7 @@ impl Executor for K8sExecutor {
                     pod_selector: objects.pod_selector.clone(),
                     has_secret: objects.secret.is_some(),
                     variables: PodVariables::of(run, &RunHandle::in_container(name.clone())),
+                    scripts: ScriptFiles::planned(run, STATE_DIR),
                 },
             );
             let copy = async {
@@ -310,6 +314,15 @@ impl Executor for K8sExecutor {
                 if let Some(steps) = &run.steps_dir {
                     self.stream_in(&pod, steps, "/steps").await?;
                 }
+                // The step scripts, as files in the state folder: a script of
+                // any size, and none in an exec's URL (or an audit log).
+                let scripts = tempfile::tempdir().map_err(|e| {
+                    ExecutorError::io("writing the step scripts", std::env::temp_dir(), e)
+                })?;
+                ScriptFiles::write(run, scripts.path(), STATE_DIR).map_err(|e| {
+                    ExecutorError::io("writing the step scripts", scripts.path(), e)
+                })?;
+                self.stream_in(&pod, scripts.path(), STATE_DIR).await?;
                 Ok::<_, ExecutorError>(())
             };
             tokio::select! {
@@ -350,7 +363,13 @@ impl Executor for K8sExecutor {
             executor_core::script::quote(&run.work_dir)
         ));
         let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
-        let argv = executor_core::script::step_argv(&pid_file, &prelude, &step.script);
+        let file = live.scripts.path_of(&step.script);
+        let script = match &file {
+            Some(path) => Script::File(path),
+            // A script the run was not started with: in the command line.
+            None => Script::Inline(&step.script),
+        };
+        let argv = step_argv_from(&pid_file, &prelude, script);
         let exec = match self.cluster.exec(&live.pod, CONTAINER, &argv, false).await {
             Ok(exec) => exec,
             // A pod gone before the step began is lost, not a refused call.

@@ -86,6 +86,7 @@ fn live_from(cluster: MockCluster, spec: &RunSpec) -> K8sExecutor {
             pod_selector: "job-name=job".into(),
             has_secret: false,
             variables: PodVariables::of(spec, &RunHandle::in_container("job")),
+            scripts: Default::default(),
         },
     );
     executor

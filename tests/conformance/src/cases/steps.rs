@@ -65,6 +65,35 @@ pub async fn scripts_stop_at_first_error(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 }
 
+/// A 1 MiB script runs: scripts travel as files, not as command-line
+/// arguments (the kernel caps one at 128 KiB; on Kubernetes it would be
+/// part of the exec's URL). Two steps share a script and a third is
+/// another, so files named by content keep them apart.
+pub async fn a_one_mib_script_runs(backend: &dyn Backend) {
+    let fx = Fixture::new("big-script");
+    let mut big = String::with_capacity(1 << 20);
+    while big.len() < 1 << 20 {
+        big.push_str("# filler filler filler filler filler filler filler filler filler\n");
+    }
+    big.push_str("echo big-script-ran-$((40 + 2))\n");
+    let spec = fx
+        .spec(backend, "big-script")
+        .step(Step::new("big", big.clone()))
+        .step(Step::new("again", big))
+        .step(Step::new("small", "echo small-$((1 + 1))"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    assert_eq!(
+        result.status,
+        RunStatus::Success,
+        "{}",
+        result.error.unwrap_or_default()
+    );
+    assert_eq!(text.matches("big-script-ran-42").count(), 2, "{text}");
+    assert!(text.contains("small-2"), "{text}");
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
 /// The first failing step ends the run; the rest are recorded as skipped.
 pub async fn failing_step_skips_rest(backend: &dyn Backend) {
     let fx = Fixture::new("skip");
