@@ -31,6 +31,7 @@ pub mod labels;
 mod log;
 pub mod mask;
 mod model;
+pub mod outage;
 mod result;
 pub mod script;
 mod steps_file;

@@ -12,6 +12,7 @@ use bollard::query_parameters::{
     UploadToContainerOptions,
 };
 use bollard::Docker;
+use executor_core::outage::ride_out;
 use executor_core::tar::PackStream;
 use executor_core::ExecutorError;
 use futures_util::{StreamExt, TryStreamExt};
@@ -28,6 +29,8 @@ const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// A Docker-compatible engine (Docker or podman's Docker API).
 pub struct BollardEngine {
     docker: Docker,
+    /// How long a call the engine does not answer is tried again.
+    reconnect_timeout: std::time::Duration,
 }
 
 impl BollardEngine {
@@ -41,6 +44,15 @@ impl BollardEngine {
     /// use.
     pub async fn connect() -> Result<Self, ExecutorError> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string());
+        Self::connect_to(&host).await
+    }
+
+    /// Connects to the engine at `host` (as `DOCKER_HOST` would name it:
+    /// `unix:///path`, `tcp://host:port`), TLS as the docker CLI decides.
+    ///
+    /// # Errors
+    /// As [`BollardEngine::connect`].
+    pub async fn connect_to(host: &str) -> Result<Self, ExecutorError> {
         let unreachable = |err: &dyn std::fmt::Display| {
             ExecutorError::unreachable(
                 "connecting to the container engine",
@@ -49,9 +61,9 @@ impl BollardEngine {
                 ),
             )
         };
-        let docker = match tls_files(&host)? {
+        let docker = match tls_files(host)? {
             Some(tls) => Docker::connect_with_ssl(
-                &host,
+                host,
                 &tls.key,
                 &tls.cert,
                 &tls.ca,
@@ -60,16 +72,29 @@ impl BollardEngine {
             ),
             None if host.starts_with("tcp://") || host.starts_with("http://") => {
                 tracing::warn!(%host, "the engine is reached over plain HTTP (no DOCKER_TLS_VERIFY)");
-                Docker::connect_with_http(&host, CONNECT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+                Docker::connect_with_http(host, CONNECT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
             }
-            None => Docker::connect_with_host(&host),
+            None => Docker::connect_with_host(host),
         }
         .map_err(|e| unreachable(&e))?;
         let docker = docker
             .negotiate_version()
             .await
             .map_err(|e| unreachable(&e))?;
-        Ok(BollardEngine { docker })
+        Ok(BollardEngine {
+            docker,
+            reconnect_timeout: crate::DockerOptions::default().reconnect_timeout,
+        })
+    }
+
+    /// How long a call the engine does not answer (refused or dropped
+    /// connections, 429, 502-504) is tried again before it fails
+    /// ([`DockerOptions::reconnect_timeout`](crate::DockerOptions::reconnect_timeout)).
+    /// Calls that are safe to repeat are: inspections, lists, removals,
+    /// creating an exec.
+    pub fn reconnect_timeout(mut self, within: std::time::Duration) -> Self {
+        self.reconnect_timeout = within;
+        self
     }
 }
 
@@ -198,14 +223,166 @@ fn is_image_refusal(message: &str) -> bool {
     message.contains("invalid reference format") || message.contains("no such image")
 }
 
-#[async_trait]
-impl Engine for BollardEngine {
-    async fn image_present(&self, image: &str) -> Result<bool, ExecutorError> {
+/// The calls that are safe to repeat, each tried once; the engine's
+/// methods ride an outage out around them.
+impl BollardEngine {
+    async fn image_present_once(&self, image: &str) -> Result<bool, ExecutorError> {
         match self.docker.inspect_image(image).await {
             Ok(_) => Ok(true),
             Err(err) if status(&err) == Some(404) => Ok(false),
             Err(err) => Err(fail(format!("inspecting image {image}"))(err)),
         }
+    }
+
+    async fn exec_create_once(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError> {
+        let env: Vec<String> = exec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let options = CreateExecOptions {
+            cmd: Some(exec.cmd.clone()),
+            env: Some(env),
+            working_dir: Some(exec.working_dir.clone()),
+            user: exec.user.clone(),
+            // podman refuses an exec with no attached stream, and its
+            // detached execs never report an exit code: always attach.
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(false),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_exec(id, options)
+            .await
+            .map_err(fail(format!("creating an exec in container {id}")))?;
+        Ok(created.id)
+    }
+
+    async fn exec_inspect_once(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {
+        let state = self
+            .docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(fail(format!("inspecting exec {exec_id}")))?;
+        Ok(ExecState {
+            running: state.running.unwrap_or(false),
+            exit_code: state.exit_code,
+        })
+    }
+
+    async fn inspect_once(&self, id: &str) -> Result<ContainerState, ExecutorError> {
+        match self
+            .docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => {
+                let state = info.state.unwrap_or_default();
+                Ok(ContainerState {
+                    exists: true,
+                    running: state.running.unwrap_or(false),
+                    oom_killed: state.oom_killed.unwrap_or(false),
+                })
+            }
+            Err(err) if container_gone(&err) => Ok(ContainerState::default()),
+            // podman names states Docker does not (`stopped`), which the
+            // typed client cannot read: such a container exists and is not running.
+            Err(
+                bollard::errors::Error::JsonDataError { .. }
+                | bollard::errors::Error::JsonSerdeError { .. },
+            ) => Ok(ContainerState {
+                exists: true,
+                running: false,
+                oom_killed: false,
+            }),
+            Err(err) => Err(fail(format!("inspecting container {id}"))(err)),
+        }
+    }
+
+    async fn remove_once(&self, id: &str) -> Result<(), ExecutorError> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(err) if container_gone(&err) => Ok(()),
+            // Another remove of the same container is already under way.
+            Err(err) if status(&err) == Some(409) => Ok(()),
+            Err(err) => Err(fail(format!("removing container {id}"))(err)),
+        }
+    }
+
+    async fn list_once(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{label}={value}")])]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let found = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(fail("listing containers"))?;
+        Ok(found
+            .into_iter()
+            .filter_map(|c| {
+                Some(Listed {
+                    id: c.id?,
+                    labels: c.labels.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    async fn list_volumes_once(
+        &self,
+        label: &str,
+        value: &str,
+    ) -> Result<Vec<Listed>, ExecutorError> {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{label}={value}")])]);
+        let options = ListVolumesOptions {
+            filters: Some(filters),
+        };
+        let found = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(fail("listing volumes"))?;
+        Ok(found
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| Listed {
+                id: v.name,
+                labels: v.labels,
+            })
+            .collect())
+    }
+
+    async fn remove_volume_once(&self, name: &str) -> Result<bool, ExecutorError> {
+        match self
+            .docker
+            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(err) if status(&err) == Some(404) => Ok(true),
+            // Still mounted by a container.
+            Err(err) if status(&err) == Some(409) => Ok(false),
+            Err(err) => Err(fail(format!("removing volume {name}"))(err)),
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for BollardEngine {
+    async fn image_present(&self, image: &str) -> Result<bool, ExecutorError> {
+        ride_out("inspecting an image", self.reconnect_timeout, || {
+            self.image_present_once(image)
+        })
+        .await
     }
 
     async fn pull(&self, image: &str) -> Result<(), ExecutorError> {
@@ -254,26 +431,10 @@ impl Engine for BollardEngine {
     }
 
     async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError> {
-        let env: Vec<String> = exec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let options = CreateExecOptions {
-            cmd: Some(exec.cmd.clone()),
-            env: Some(env),
-            working_dir: Some(exec.working_dir.clone()),
-            user: exec.user.clone(),
-            // podman refuses an exec with no attached stream, and its
-            // detached execs never report an exit code: always attach.
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            attach_stdin: Some(false),
-            tty: Some(false),
-            ..Default::default()
-        };
-        let created = self
-            .docker
-            .create_exec(id, options)
-            .await
-            .map_err(fail(format!("creating an exec in container {id}")))?;
-        Ok(created.id)
+        ride_out("creating an exec", self.reconnect_timeout, || {
+            self.exec_create_once(id, exec)
+        })
+        .await
     }
 
     async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError> {
@@ -305,44 +466,17 @@ impl Engine for BollardEngine {
     }
 
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {
-        let state = self
-            .docker
-            .inspect_exec(exec_id)
-            .await
-            .map_err(fail(format!("inspecting exec {exec_id}")))?;
-        Ok(ExecState {
-            running: state.running.unwrap_or(false),
-            exit_code: state.exit_code,
+        ride_out("inspecting an exec", self.reconnect_timeout, || {
+            self.exec_inspect_once(exec_id)
         })
+        .await
     }
 
     async fn inspect(&self, id: &str) -> Result<ContainerState, ExecutorError> {
-        match self
-            .docker
-            .inspect_container(id, None::<InspectContainerOptions>)
-            .await
-        {
-            Ok(info) => {
-                let state = info.state.unwrap_or_default();
-                Ok(ContainerState {
-                    exists: true,
-                    running: state.running.unwrap_or(false),
-                    oom_killed: state.oom_killed.unwrap_or(false),
-                })
-            }
-            Err(err) if container_gone(&err) => Ok(ContainerState::default()),
-            // podman names states Docker does not (`stopped`), which the
-            // typed client cannot read: such a container exists and is not running.
-            Err(
-                bollard::errors::Error::JsonDataError { .. }
-                | bollard::errors::Error::JsonSerdeError { .. },
-            ) => Ok(ContainerState {
-                exists: true,
-                running: false,
-                oom_killed: false,
-            }),
-            Err(err) => Err(fail(format!("inspecting container {id}"))(err)),
-        }
+        ride_out("inspecting the container", self.reconnect_timeout, || {
+            self.inspect_once(id)
+        })
+        .await
     }
 
     async fn upload(
@@ -390,76 +524,31 @@ impl Engine for BollardEngine {
     }
 
     async fn remove(&self, id: &str) -> Result<(), ExecutorError> {
-        let options = RemoveContainerOptions {
-            force: true,
-            v: true,
-            ..Default::default()
-        };
-        match self.docker.remove_container(id, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(err) if container_gone(&err) => Ok(()),
-            // Another remove of the same container is already under way.
-            Err(err) if status(&err) == Some(409) => Ok(()),
-            Err(err) => Err(fail(format!("removing container {id}"))(err)),
-        }
+        ride_out("removing the container", self.reconnect_timeout, || {
+            self.remove_once(id)
+        })
+        .await
     }
 
     async fn list(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
-        let filters = HashMap::from([("label".to_string(), vec![format!("{label}={value}")])]);
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        };
-        let found = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(fail("listing containers"))?;
-        Ok(found
-            .into_iter()
-            .filter_map(|c| {
-                Some(Listed {
-                    id: c.id?,
-                    labels: c.labels.unwrap_or_default(),
-                })
-            })
-            .collect())
+        ride_out("listing containers", self.reconnect_timeout, || {
+            self.list_once(label, value)
+        })
+        .await
     }
 
     async fn list_volumes(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
-        let filters = HashMap::from([("label".to_string(), vec![format!("{label}={value}")])]);
-        let options = ListVolumesOptions {
-            filters: Some(filters),
-        };
-        let found = self
-            .docker
-            .list_volumes(Some(options))
-            .await
-            .map_err(fail("listing volumes"))?;
-        Ok(found
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| Listed {
-                id: v.name,
-                labels: v.labels,
-            })
-            .collect())
+        ride_out("listing volumes", self.reconnect_timeout, || {
+            self.list_volumes_once(label, value)
+        })
+        .await
     }
 
     async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError> {
-        match self
-            .docker
-            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-            .await
-        {
-            Ok(()) => Ok(true),
-            Err(err) if status(&err) == Some(404) => Ok(true),
-            // Still mounted by a container.
-            Err(err) if status(&err) == Some(409) => Ok(false),
-            Err(err) => Err(fail(format!("removing volume {name}"))(err)),
-        }
+        ride_out("removing a volume", self.reconnect_timeout, || {
+            self.remove_volume_once(name)
+        })
+        .await
     }
 }
 

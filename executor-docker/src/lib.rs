@@ -84,6 +84,10 @@ pub struct DockerOptions {
     /// Added to the run's lifetime (run timeout plus outputs timeout) for
     /// the container's expiry label, after which cleanup may remove it.
     pub expiry_grace: Duration,
+    /// How long a call the engine does not answer (refused or dropped
+    /// connections, 429, 502-504) is tried again, backing off, before it
+    /// fails: inspections, lists, removals and creating an exec.
+    pub reconnect_timeout: Duration,
 }
 
 impl Default for DockerOptions {
@@ -99,6 +103,7 @@ impl Default for DockerOptions {
             cap_add: Vec::new(),
             read_only: false,
             expiry_grace: Duration::from_secs(300),
+            reconnect_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -112,7 +117,9 @@ impl DockerExecutor {
     /// `Backend` of kind `unreachable` when no engine answers where it looked;
     /// as [`BollardEngine::connect`].
     pub async fn connect(options: DockerOptions) -> Result<Self, ExecutorError> {
-        let engine = BollardEngine::connect().await?;
+        let engine = BollardEngine::connect()
+            .await?
+            .reconnect_timeout(options.reconnect_timeout);
         Ok(Self::with_engine(Arc::new(engine), options))
     }
 

@@ -240,9 +240,9 @@ pub struct K8sArgs {
     /// How long the pod may take to be ready (renting a node counts).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub pod_timeout: Duration,
-    /// How long a call the API server does not answer (refused, reset,
-    /// 429, 5xx) is tried again, backing off, before it fails; stop and
-    /// cleanup ride out an outage this long.
+    /// How long a call the Kubernetes API server or the Docker engine does
+    /// not answer (refused, reset, 429, 5xx) is tried again, backing off,
+    /// before it fails; stop and cleanup ride out an outage this long.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub reconnect_timeout: Duration,
 }

@@ -62,7 +62,8 @@ pub async fn build(
             })
         }
         ExecutorKind::Docker => {
-            let options = docker_options(opts.docker, opts.cap_add).map_err(BuildError::Input)?;
+            let options = docker_options(opts.docker, opts.cap_add, opts.k8s.reconnect_timeout)
+                .map_err(BuildError::Input)?;
             if opts.dry_run {
                 return Ok(Box::new(DockerExecutor::dry_run(
                     options,
@@ -147,7 +148,11 @@ fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOption
     }
 }
 
-fn docker_options(args: &DockerArgs, cap_add: &[String]) -> anyhow::Result<DockerOptions> {
+fn docker_options(
+    args: &DockerArgs,
+    cap_add: &[String],
+    reconnect_timeout: std::time::Duration,
+) -> anyhow::Result<DockerOptions> {
     if let Some(cpus) = args.cpus {
         if !(cpus > 0.0 && cpus.is_finite()) {
             bail!("--cpus {cpus} must be a positive number such as 0.5 or 2");
@@ -171,6 +176,7 @@ fn docker_options(args: &DockerArgs, cap_add: &[String]) -> anyhow::Result<Docke
         cap_drop: args.cap_drop.clone(),
         cap_add: cap_add.to_vec(),
         read_only: args.read_only,
+        reconnect_timeout,
         ..DockerOptions::default()
     })
 }

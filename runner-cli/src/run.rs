@@ -170,15 +170,16 @@ pub async fn run(args: RunArgs) -> i32 {
     result.exit_code()
 }
 
-/// How long `stop` may take: on Kubernetes, the delete riding out an
-/// outage of up to `--reconnect-timeout`, then the pod's removal.
+/// How long `stop` may take: the removal riding out an outage of up to
+/// `--reconnect-timeout`, then, on Kubernetes, the pod's removal.
 fn stop_timeout(args: &RunArgs) -> std::time::Duration {
+    let reconnect = args.k8s.reconnect_timeout;
     match args.executor {
-        ExecutorKind::K8s => args
-            .k8s
-            .reconnect_timeout
-            .saturating_add(executor_k8s::K8sOptions::default().stop_timeout),
-        _ => executor_core::DEFAULT_GRACE,
+        ExecutorKind::K8s => {
+            reconnect.saturating_add(executor_k8s::K8sOptions::default().stop_timeout)
+        }
+        ExecutorKind::Docker => reconnect.saturating_add(executor_core::DEFAULT_GRACE),
+        ExecutorKind::Shell => executor_core::DEFAULT_GRACE,
     }
 }
 

@@ -1,0 +1,235 @@
+//! Engine outages: a proxy in front of the engine's socket that, when the
+//! container's removal passes through it, stops listening (connections
+//! are refused), cuts every open connection, and listens again after a
+//! while. Calls ride an outage out within
+//! `DockerOptions::reconnect_timeout`; past it, the container goes to the
+//! journal, and the next sweep removes it.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Docker;
+use executor_conformance::fixture::{assert_nothing_left, Fixture};
+use executor_core::journal::Journal;
+use executor_core::{run_with, DriverOptions, RunLog, RunStatus, Step};
+use executor_docker::{BollardEngine, DockerExecutor, DockerOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// The engine's own socket, as the tests reach it.
+fn engine_socket() -> PathBuf {
+    match std::env::var("DOCKER_HOST") {
+        Ok(host) if host.starts_with("unix://") => PathBuf::from(&host["unix://".len()..]),
+        _ => PathBuf::from("/var/run/docker.sock"),
+    }
+}
+
+/// A proxy that takes the engine down for `down` when a container's
+/// removal (`DELETE .../containers/...`) comes through it.
+struct Proxy {
+    socket: PathBuf,
+    over: watch::Receiver<u64>,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(down: Duration) -> Proxy {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("engine.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let (over_tx, over) = watch::channel(0u64);
+        let task = tokio::spawn(serve(listener, socket.clone(), down, over_tx));
+        Proxy {
+            socket,
+            over,
+            _dir: dir,
+            task,
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    async fn outage_over(&mut self) {
+        tokio::time::timeout(Duration::from_secs(60), self.over.wait_for(|n| *n >= 1))
+            .await
+            .expect("the outage never ended")
+            .unwrap();
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(
+    mut listener: UnixListener,
+    socket: PathBuf,
+    down: Duration,
+    over: watch::Sender<u64>,
+) {
+    let (cut_tx, _) = watch::channel(0u64);
+    let cut_tx = Arc::new(cut_tx);
+    let (outage_tx, mut outage_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut done = false;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((client, _)) = accepted else { continue };
+                let cut = cut_tx.subscribe();
+                let outage = (!done).then(|| outage_tx.clone());
+                tokio::spawn(relay(client, cut, outage));
+            }
+            Some(()) = outage_rx.recv() => {
+                if done {
+                    continue;
+                }
+                done = true;
+                // Nothing listens: the socket file stays, so a connect is refused.
+                drop(listener);
+                cut_tx.send_modify(|n| *n += 1);
+                // The outage's length is the fault itself, not a wait for anything.
+                tokio::time::sleep(down).await;
+                let _ = std::fs::remove_file(&socket);
+                listener = UnixListener::bind(&socket).unwrap();
+                over.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+/// Copies both ways between a client and the engine; the first removal of
+/// a container seen from the client starts the outage instead of passing.
+async fn relay(
+    mut client: UnixStream,
+    mut cut: watch::Receiver<u64>,
+    outage: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+) {
+    let Ok(mut engine) = UnixStream::connect(engine_socket()).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.split();
+    let (mut from_engine, mut to_engine) = engine.split();
+    let upstream = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = from_client.read(&mut buf).await?;
+            if n == 0 {
+                return to_engine.shutdown().await;
+            }
+            let chunk = &buf[..n];
+            if let Some(outage) = &outage {
+                if chunk.starts_with(b"DELETE ") && contains(chunk, b"/containers/") {
+                    let _ = outage.send(());
+                    // Never forwarded: the engine goes down under it.
+                    std::future::pending::<()>().await;
+                }
+            }
+            to_engine.write_all(chunk).await?;
+        }
+    };
+    // An exec's attached stream ends with the engine closing its side:
+    // the client must see that end too.
+    let downstream = async {
+        tokio::io::copy(&mut from_engine, &mut to_client).await?;
+        to_client.shutdown().await
+    };
+    tokio::select! {
+        _ = async { tokio::join!(upstream, downstream) } => {}
+        _ = cut.changed() => {}
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn executor_through(proxy: &Proxy, options: DockerOptions) -> DockerExecutor {
+    let engine = BollardEngine::connect_to(&proxy.host())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .reconnect_timeout(options.reconnect_timeout);
+    DockerExecutor::with_engine(Arc::new(engine), options)
+}
+
+/// The engine, reached directly: the probe for leftovers.
+async fn direct() -> Docker {
+    Docker(common::executor(common::options()).await)
+}
+
+fn spec_of(fx: &Fixture, backend: &Docker, name: &str) -> executor_core::RunSpec {
+    fx.spec(backend, name)
+        .step(Step::new("work", "echo working"))
+}
+
+async fn run(
+    executor: &DockerExecutor,
+    spec: &executor_core::RunSpec,
+    options: &DriverOptions,
+) -> (executor_core::RunResult, String) {
+    let (log, text) = RunLog::memory();
+    let result = run_with(executor, spec, &log, CancellationToken::new(), options).await;
+    (result, text.text())
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_outage_as_the_container_is_removed_is_ridden_out() {
+    let mut proxy = Proxy::start(Duration::from_secs(3)).await;
+    let executor = executor_through(&proxy, common::options()).await;
+    let probe = direct().await;
+    let fx = Fixture::new("engine-outage");
+    let spec = spec_of(&fx, &probe, "engine-outage");
+    let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    proxy.outage_over().await;
+    assert_nothing_left(&probe, &fx.runner).await;
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_outage_past_the_reconnect_timeout_leaves_the_container_to_the_journal() {
+    let mut proxy = Proxy::start(Duration::from_secs(6)).await;
+    let options = DockerOptions {
+        reconnect_timeout: Duration::from_secs(1),
+        ..common::options()
+    };
+    let executor = executor_through(&proxy, options).await;
+    let probe = direct().await;
+    let fx = Fixture::new("engine-journal");
+    let journal_dir = tempfile::tempdir().unwrap();
+    let journal = Journal::new(journal_dir.path());
+    let spec = spec_of(&fx, &probe, "engine-journal");
+    let driver = DriverOptions {
+        journal: Some(journal.clone()),
+        ..DriverOptions::default()
+    };
+    let (result, text) = run(&executor, &spec, &driver).await;
+    assert_eq!(result.status, RunStatus::Error, "{text}");
+    assert!(text.contains("is in the journal"), "{text}");
+    assert_eq!(journal.entries("docker", &fx.runner).unwrap().len(), 1);
+    proxy.outage_over().await;
+    assert!(
+        !probe.0.containers(&fx.runner).await.unwrap().is_empty(),
+        "the container outlived the run"
+    );
+    let swept = journal.sweep(&executor, &fx.runner).await.unwrap();
+    assert_eq!(swept.len(), 1);
+    assert!(journal.entries("docker", &fx.runner).unwrap().is_empty());
+    assert_nothing_left(&probe, &fx.runner).await;
+}
