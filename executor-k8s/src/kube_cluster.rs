@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use executor_core::outage::ride_out;
 use executor_core::ExecutorError;
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -45,9 +46,6 @@ pub struct KubeCluster {
     keepalive: std::time::Duration,
     reconnect_timeout: std::time::Duration,
 }
-
-/// The longest pause between two tries of a call.
-const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 fn retryable(err: &kube::Error) -> bool {
     match err {
@@ -93,41 +91,18 @@ fn is_not_found(err: &kube::Error) -> bool {
 }
 
 /// Repeats `call` while the server does not answer (429, 5xx, refused or
-/// dropped connections), backing off from 100 ms to [`MAX_PAUSE`], until
-/// `within` has passed; then the last error is the call's.
+/// dropped connections) for up to `within`: see [`ride_out`]; the error
+/// is the call's, classified by [`failed`].
 async fn retry<T, F, Fut>(what: &str, within: Duration, mut call: F) -> Result<T, ExecutorError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut pause = Duration::from_millis(100);
-    let mut tries = 0u32;
-    loop {
-        tries = tries.saturating_add(1);
-        match call().await {
-            Ok(v) => {
-                if tries > 1 {
-                    tracing::warn!(what, tries, "the API server answered again");
-                }
-                return Ok(v);
-            }
-            Err(err) if retryable(&err) && tokio::time::Instant::now() + pause < deadline => {
-                if tries == 1 {
-                    tracing::warn!(
-                        what,
-                        err = %describe(&err),
-                        within_s = within.as_secs(),
-                        "the API server did not answer; trying again"
-                    );
-                }
-                // Backoff between tries of a call the server did not answer.
-                tokio::time::sleep(pause).await;
-                pause = pause.saturating_mul(2).min(MAX_PAUSE);
-            }
-            Err(err) => return Err(failed(what, err)),
-        }
-    }
+    ride_out(what, within, || {
+        let answer = call();
+        async move { answer.await.map_err(|e| failed(what, e)) }
+    })
+    .await
 }
 
 /// Whether the server said the object already exists: a create whose
