@@ -109,3 +109,43 @@ async fn an_outage_longer_than_the_reconnect_timeout_leaves_the_job_to_the_journ
     assert_nothing_left(&backend, &fx.runner).await;
     backend.cluster.shutdown().await;
 }
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_was_lost_is_found_not_made_twice() {
+    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    let fx = Fixture::new("lost-answer");
+    // The Secret and the Job are each made, and the server goes down
+    // before it answers: the next try's 409 is that first try.
+    for path in ["/secrets", "/jobs"] {
+        backend
+            .cluster
+            .faults()
+            .outage_after("POST", path, Duration::from_secs(1));
+    }
+    let spec = fx
+        .spec(&backend, "lost-answer")
+        .env("MODE", "made-once")
+        .step(Step::new("work", "echo \"$MODE\""));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(text.contains("made-once"), "{text}");
+    outages_over(&backend, 2).await;
+    let posts = |kind: &str| {
+        backend
+            .cluster
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with(kind))
+            .count()
+    };
+    // Each create was tried again (the first try's answer was lost) and
+    // found the object it had made.
+    assert_eq!((posts("/secrets"), posts("/jobs")), (2, 2));
+    assert_nothing_left(&backend, &fx.runner).await;
+    backend.cluster.shutdown().await;
+}

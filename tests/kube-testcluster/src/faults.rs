@@ -48,6 +48,9 @@ pub struct Outage {
     pub path: String,
     /// How long the server stays down.
     pub down: Duration,
+    /// Whether the request is carried out first (its answer is what is
+    /// lost), rather than never reaching the server.
+    pub after: bool,
 }
 
 #[derive(Debug, Default)]
@@ -125,19 +128,30 @@ impl Faults {
             method: method.into(),
             path: path.into(),
             down,
+            after: false,
+        });
+    }
+    /// As [`Faults::outage_on`], but the request is carried out first:
+    /// the object is made or changed, and the answer is lost.
+    pub fn outage_after(&self, method: &str, path: &str, down: Duration) {
+        self.lock().outages.push(Outage {
+            method: method.into(),
+            path: path.into(),
+            down,
+            after: true,
         });
     }
     /// How many outages have ended: the server is back after each.
     pub fn outages_over(&self) -> tokio::sync::watch::Receiver<u64> {
         self.outages_over.subscribe()
     }
-    pub(crate) fn take_outage(&self, method: &str, path: &str) -> Option<Duration> {
+    pub(crate) fn take_outage(&self, method: &str, path: &str) -> Option<Outage> {
         let mut s = self.lock();
         let i = s
             .outages
             .iter()
             .position(|o| o.method.eq_ignore_ascii_case(method) && path.contains(&o.path))?;
-        Some(s.outages.remove(i).down)
+        Some(s.outages.remove(i))
     }
     pub(crate) fn note_outage_over(&self) {
         self.outages_over.send_modify(|n| *n += 1);

@@ -192,12 +192,12 @@ pub async fn serve(
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let shared = shared.clone();
                 async move {
-                    if let Some(down) = shared
+                    let outage = shared
                         .faults
-                        .take_outage(req.method().as_str(), req.uri().path())
-                    {
+                        .take_outage(req.method().as_str(), req.uri().path());
+                    if let Some(outage) = outage.as_ref().filter(|o| !o.after) {
                         // The server goes down under this request: no answer.
-                        let _ = shared.outages.send(down);
+                        let _ = shared.outages.send(outage.down);
                         std::future::pending::<()>().await;
                     }
                     let token_ok = req
@@ -223,8 +223,13 @@ pub async fn serve(
                     let response = if !authenticated {
                         error_response(&ApiError::unauthorized())
                     } else {
-                        authorized(shared, user, req).await
+                        authorized(shared.clone(), user, req).await
                     };
+                    if let Some(outage) = outage.filter(|o| o.after) {
+                        // Done, and the server goes down before it answers.
+                        let _ = shared.outages.send(outage.down);
+                        std::future::pending::<()>().await;
+                    }
                     Ok::<_, std::convert::Infallible>(response)
                 }
             });
