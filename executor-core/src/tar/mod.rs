@@ -11,7 +11,7 @@ mod unpack;
 
 pub use audit::links_leaving;
 
-pub use pack::{pack_dir, pack_folders, PackStream, PackedFolder};
+pub use pack::{pack_contents, pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{
     unpack_untrusted, RefusedEntry, UnpackError, UnpackLimits, UnpackSummary, MAX_EXTENSION_BYTES,
 };

@@ -112,12 +112,40 @@ pub fn pack_folders(folders: Vec<PackedFolder>) -> PackStream {
     spawn_packer(Layout::Folders(folders))
 }
 
+/// Packs each folder's contents under its name, with no entry for the
+/// named folder itself: a `tar x -C /` of it fills folders that exist
+/// (mount points) without changing their owner, mode or times, which a
+/// user other than root may not.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits};
+/// let (checkout, scripts) = (tempfile::tempdir()?, tempfile::tempdir()?);
+/// std::fs::write(checkout.path().join("main.c"), "int main;")?;
+/// std::fs::write(scripts.path().join("step.sh"), "make")?;
+/// let tar = pack_contents(vec![
+///     ("work".into(), checkout.path().to_path_buf()),
+///     (".knotless".into(), scripts.path().to_path_buf()),
+/// ]);
+/// let dest = tempfile::tempdir()?;
+/// unpack_untrusted(tar, dest.path(), UnpackLimits::default()).await.unwrap();
+/// assert!(dest.path().join("work/main.c").is_file());
+/// assert!(dest.path().join(".knotless/step.sh").is_file());
+/// # Ok(()) }
+/// ```
+pub fn pack_contents(folders: Vec<(String, PathBuf)>) -> PackStream {
+    spawn_packer(Layout::Contents(folders))
+}
+
 /// What a packer packs.
 enum Layout {
     /// One folder's contents at the archive's root.
     Root(PathBuf),
     /// Named folders, each with its contents under its name.
     Folders(Vec<PackedFolder>),
+    /// Folders' contents under names, with no entry for the named folders.
+    Contents(Vec<(String, PathBuf)>),
 }
 
 /// Packs `layout` in a background task, behind the pipe a [`PackStream`] reads.
@@ -146,6 +174,11 @@ fn spawn_packer(layout: Layout) -> PackStream {
                     if let Some(source) = &folder.source {
                         append_tree(&mut builder, source, name).await?;
                     }
+                }
+            }
+            Layout::Contents(folders) => {
+                for (name, source) in folders {
+                    append_tree(&mut builder, &source, Path::new(&name)).await?;
                 }
             }
         }

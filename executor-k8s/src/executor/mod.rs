@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use executor_core::events::OutputStream;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
-use executor_core::tar::{unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
     RunLog, RunSpec, StepCommand,
@@ -300,7 +300,26 @@ impl Executor for K8sExecutor {
                 },
             );
             let copy = async {
-                self.stream_in(&pod, &run.checkout, "/work").await?;
+                // The step scripts, as files in the state folder: a script of
+                // any size, and none in an exec's URL (or an audit log).
+                let scripts = tempfile::tempdir().map_err(|e| {
+                    ExecutorError::io("writing the step scripts", std::env::temp_dir(), e)
+                })?;
+                ScriptFiles::write(run, scripts.path(), STATE_DIR).map_err(|e| {
+                    ExecutorError::io("writing the step scripts", scripts.path(), e)
+                })?;
+                // One stream fills every folder: each exec is a round trip
+                // through the API server and the kubelet. Only the folders'
+                // contents travel, so tar changes nothing of the mounts
+                // themselves (a user other than root may not).
+                let mut folders = vec![("work".to_string(), run.checkout.clone())];
+                if let Some(steps) = &run.steps_dir {
+                    folders.push(("steps".to_string(), steps.clone()));
+                }
+                folders.push((STATE_DIR[1..].to_string(), scripts.path().to_path_buf()));
+                let what = format!("copying the checkout {} into /work", run.checkout.display());
+                self.stream_packed(&pod, || pack_contents(folders.clone()), "/", &what)
+                    .await?;
                 let v5 = self
                     .v5
                     .lock()
@@ -311,18 +330,6 @@ impl Executor for K8sExecutor {
                 } else {
                     "exec protocol: v4.channel.k8s.io (the cluster predates v5: streams in are framed, since stdin cannot be closed)"
                 });
-                if let Some(steps) = &run.steps_dir {
-                    self.stream_in(&pod, steps, "/steps").await?;
-                }
-                // The step scripts, as files in the state folder: a script of
-                // any size, and none in an exec's URL (or an audit log).
-                let scripts = tempfile::tempdir().map_err(|e| {
-                    ExecutorError::io("writing the step scripts", std::env::temp_dir(), e)
-                })?;
-                ScriptFiles::write(run, scripts.path(), STATE_DIR).map_err(|e| {
-                    ExecutorError::io("writing the step scripts", scripts.path(), e)
-                })?;
-                self.stream_in(&pod, scripts.path(), STATE_DIR).await?;
                 Ok::<_, ExecutorError>(())
             };
             tokio::select! {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use executor_core::tar::pack_dir;
+use executor_core::tar::{pack_dir, PackStream};
 use executor_core::ExecutorError;
 use tokio_util::sync::CancellationToken;
 
@@ -63,11 +63,6 @@ impl K8sExecutor {
     }
 
     /// Streams `dir` into `target` as tar over an exec and checks tar's status.
-    ///
-    /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
-    /// without closing the socket (and losing the status), and busybox tar
-    /// reads to end of file, so there the stream goes in frames (see
-    /// [`crate::framed`]); it is packed once either way.
     pub(super) async fn stream_in(
         &self,
         pod: &str,
@@ -75,6 +70,25 @@ impl K8sExecutor {
         target: &str,
     ) -> Result<(), ExecutorError> {
         let what = format!("copying {} into {target}", dir.display());
+        self.stream_packed(pod, || pack_dir(dir), target, &what)
+            .await
+    }
+
+    /// Streams the archive `pack` makes into `target` as tar over an exec
+    /// and checks tar's status.
+    ///
+    /// On v5 stdin is closed at the archive's end. v4 cannot close stdin
+    /// without closing the socket (and losing the status), and busybox tar
+    /// reads to end of file, so there the stream goes in frames (see
+    /// [`crate::framed`]); it is packed once either way (`pack` is called
+    /// once, when the protocol is known).
+    pub(super) async fn stream_packed(
+        &self,
+        pod: &str,
+        pack: impl Fn() -> PackStream,
+        target: &str,
+        what: &str,
+    ) -> Result<(), ExecutorError> {
         let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
         if known != Some(false) {
             // v5, or not known yet: the plain command, learning the protocol
@@ -93,9 +107,9 @@ impl K8sExecutor {
             let v5 = exec.closes_stdin();
             *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
             if v5 {
-                let mut tar = pack_dir(dir);
+                let mut tar = pack();
                 return self
-                    .finish_checked(exec, Some(&mut tar), &mut tokio::io::sink(), &what)
+                    .finish_checked(exec, Some(&mut tar), &mut tokio::io::sink(), what)
                     .await;
             }
             // v4: closing this exec unsent gives tar an empty stdin; it
@@ -115,8 +129,8 @@ impl K8sExecutor {
             "-C".into(),
             target.into(),
         ];
-        let mut framed = crate::framed::Framed::new(pack_dir(dir));
-        self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), &what)
+        let mut framed = crate::framed::Framed::new(pack());
+        self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), what)
             .await
     }
 
