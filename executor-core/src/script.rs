@@ -117,6 +117,24 @@ impl ScriptFiles {
         Ok(files)
     }
 
+    /// Writes `run`'s scripts into a fresh temporary folder on the host,
+    /// to be copied to the environment's `dir`: what a container backend
+    /// sends in with the checkout. The folder is removed when dropped.
+    ///
+    /// # Errors
+    /// `Io` naming the folder when it or a file cannot be written.
+    pub fn staged(
+        run: &crate::RunSpec,
+        dir: &str,
+    ) -> Result<(tempfile::TempDir, Self), crate::ExecutorError> {
+        let what = "writing the step scripts";
+        let host = tempfile::tempdir()
+            .map_err(|e| crate::ExecutorError::io(what, std::env::temp_dir(), e))?;
+        let files = Self::write(run, host.path(), dir)
+            .map_err(|e| crate::ExecutorError::io(what, host.path(), e))?;
+        Ok((host, files))
+    }
+
     /// The file in the environment holding `script`, if it was written.
     pub fn path_of(&self, script: &str) -> Option<String> {
         let name = file_name(script);

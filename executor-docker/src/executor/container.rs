@@ -90,10 +90,7 @@ impl DockerExecutor {
         self.engine.start(id).await?;
         // The step scripts go in with the checkout, as files in the state
         // folder: a script of any size, and none in an exec's command line.
-        let scripts_dir = tempfile::tempdir()
-            .map_err(|e| ExecutorError::io("writing the step scripts", std::env::temp_dir(), e))?;
-        let scripts = ScriptFiles::write(run, scripts_dir.path(), STATE_DIR)
-            .map_err(|e| ExecutorError::io("writing the step scripts", scripts_dir.path(), e))?;
+        let (scripts_dir, scripts) = ScriptFiles::staged(run, STATE_DIR)?;
         // One upload to `/` creates the folders and fills them: Docker
         // refuses uploads to a missing path, and every request and exec is
         // a round trip through the engine.

@@ -302,12 +302,7 @@ impl Executor for K8sExecutor {
             let copy = async {
                 // The step scripts, as files in the state folder: a script of
                 // any size, and none in an exec's URL (or an audit log).
-                let scripts = tempfile::tempdir().map_err(|e| {
-                    ExecutorError::io("writing the step scripts", std::env::temp_dir(), e)
-                })?;
-                ScriptFiles::write(run, scripts.path(), STATE_DIR).map_err(|e| {
-                    ExecutorError::io("writing the step scripts", scripts.path(), e)
-                })?;
+                let (scripts, _) = ScriptFiles::staged(run, STATE_DIR)?;
                 // One stream fills every folder: each exec is a round trip
                 // through the API server and the kubelet. Only the folders'
                 // contents travel, so tar changes nothing of the mounts
