@@ -1,6 +1,6 @@
 //! The six operations, mapped onto the [`Engine`] seam.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,12 +36,11 @@ const EXEC_SETTLE: Duration = Duration::from_secs(30);
 pub struct DockerExecutor {
     engine: Arc<dyn Engine>,
     options: DockerOptions,
-    /// Containers of runs this executor is running now: cleanup spares them.
-    live: Mutex<HashSet<String>>,
+    /// Containers of runs this executor is running now (cleanup spares
+    /// them), with the step scripts each holds as files.
+    live: Mutex<HashMap<String, ScriptFiles>>,
     /// OOM kills counted so far per container, to tell a new one.
     oom_kills: Mutex<HashMap<String, u64>>,
-    /// The step scripts each live container holds as files.
-    scripts: Mutex<HashMap<String, ScriptFiles>>,
 }
 
 impl DockerExecutor {
@@ -50,9 +49,8 @@ impl DockerExecutor {
         DockerExecutor {
             engine,
             options,
-            live: Mutex::new(HashSet::new()),
+            live: Mutex::new(HashMap::new()),
             oom_kills: Mutex::new(HashMap::new()),
-            scripts: Mutex::new(HashMap::new()),
         }
     }
 
@@ -110,7 +108,7 @@ impl DockerExecutor {
             .collect())
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ScriptFiles>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -152,11 +150,7 @@ impl Executor for DockerExecutor {
                 return Err(err);
             }
         };
-        self.scripts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), scripts);
-        self.live().insert(id.clone());
+        self.live().insert(id.clone(), scripts);
         Ok(RunHandle::in_container(id))
     }
 
@@ -172,9 +166,7 @@ impl Executor for DockerExecutor {
         // Record the shell's pid so an interrupt can kill the step's
         // processes: the engine has no call to kill an exec.
         let file = self
-            .scripts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .live()
             .get(id)
             .and_then(|files| files.path_of(&step.script));
         let script = match &file {
@@ -321,10 +313,6 @@ impl Executor for DockerExecutor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&run.id);
-        self.scripts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&run.id);
         Ok(())
     }
 
@@ -336,7 +324,7 @@ impl Executor for DockerExecutor {
         let now = executor_core::labels::unix_now();
         let mut removed = Vec::new();
         for (id, labels) in self.runner_containers(runner).await? {
-            if self.live().contains(&id) {
+            if self.live().contains_key(&id) {
                 continue;
             }
             let expired = labels
