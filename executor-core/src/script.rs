@@ -110,9 +110,17 @@ impl ScriptFiles {
         dir: &str,
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(host_dir)?;
-        let files = Self::planned(run, dir);
+        let mut files = ScriptFiles {
+            dir: dir.trim_end_matches('/').to_string(),
+            names: std::collections::HashSet::new(),
+        };
         for step in &run.steps {
-            std::fs::write(host_dir.join(file_name(&step.script)), &step.script)?;
+            // Each script is hashed once, and one shared by steps written once.
+            let name = file_name(&step.script);
+            if !files.names.contains(&name) {
+                std::fs::write(host_dir.join(&name), &step.script)?;
+                files.names.insert(name);
+            }
         }
         Ok(files)
     }
