@@ -47,8 +47,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ExecutorError>>,
 {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut pause = Duration::from_millis(100);
+    let mut backoff = Backoff::new(within);
     let mut tries = 0u32;
     loop {
         tries = tries.saturating_add(1);
@@ -59,18 +58,56 @@ where
                 }
                 return Ok(v);
             }
-            Err(err)
-                if err.kind() == FailureKind::Unreachable
-                    && tokio::time::Instant::now() + pause < deadline =>
-            {
+            Err(err) if err.kind() == FailureKind::Unreachable => {
                 if tries == 1 {
                     tracing::warn!(what, %err, within_s = within.as_secs(), "the engine did not answer; trying again");
                 }
-                // Backoff between tries of a call the engine did not answer.
-                tokio::time::sleep(pause).await;
-                pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                if !backoff.pause().await {
+                    return Err(err);
+                }
             }
             Err(err) => return Err(err),
         }
+    }
+}
+
+/// The pauses between tries of a call the engine did not answer: 100 ms,
+/// doubling up to 5 s, while a deadline allows. For a caller that cannot
+/// hand [`ride_out`] a closure (one that lends its call a writer).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// let mut backoff = executor_core::outage::Backoff::new(Duration::from_millis(250));
+/// assert!(backoff.pause().await); // 100 ms
+/// assert!(!backoff.pause().await); // 200 ms more would pass the deadline
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Backoff {
+    deadline: tokio::time::Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    /// Pauses that end within `within` from now.
+    pub fn new(within: Duration) -> Self {
+        Backoff {
+            deadline: tokio::time::Instant::now() + within,
+            pause: Duration::from_millis(100),
+        }
+    }
+
+    /// Waits the next pause and returns `true`, or returns `false` at once
+    /// when that pause would end past the deadline: time to give up.
+    pub async fn pause(&mut self) -> bool {
+        if tokio::time::Instant::now() + self.pause >= self.deadline {
+            return false;
+        }
+        // Backoff between tries of a call the engine did not answer.
+        tokio::time::sleep(self.pause).await;
+        self.pause = self.pause.saturating_mul(2).min(MAX_PAUSE);
+        true
     }
 }

@@ -1,0 +1,471 @@
+//! Steps that outlive the connection that started them.
+//!
+//! A container backend starts each step with one exec. Inside the
+//! environment the exec's command is only the step's parent: a supervisor
+//! in the background runs the step with its output going through `tee`
+//! into files in the state folder (and on to the exec while it lasts),
+//! and writes the step's exit status to a file when it ends. An engine
+//! kills an exec's own process when its client goes away (Docker does,
+//! and containerd's CRI may); the supervisor, the step and its output are
+//! not that process, so they go on.
+//!
+//! While nothing breaks this is one exec per step, its output streamed
+//! live and its exit code the step's own. When the exec's stream breaks,
+//! [`run_step`] opens another exec that sends the output files on from the
+//! exact byte already received (on stdout and stderr apart), until the
+//! status file is there, then reads the status. Every byte reaches the log
+//! once, in order, and the exit code is the step's. A second cut, or a
+//! third, is followed the same way.
+//!
+//! The scripts are POSIX `sh` with `mkfifo`, `tee`, `tail`, `head`, `wc`
+//! and `cat`: busybox and coreutils both have them. Everything in the
+//! state folder is in the step's reach, so the runner treats it as
+//! untrusted: a status is accepted only as a number from 0 to 255, and
+//! the pid the kill reads is checked (see [`crate::script::kill_tree`]).
+//!
+//! ```
+//! use executor_core::detached::{Offsets, StepFiles};
+//! use executor_core::script::Script;
+//! let files = StepFiles::new("/.knotless", "1a2b");
+//! let argv = files.start_argv("", Script::File("/.knotless/step-ab.sh"));
+//! assert_eq!(argv[..2], ["sh".to_string(), "-c".to_string()]);
+//! let again = files.follow_argv(Offsets { stdout: 10, stderr: 0 });
+//! assert_eq!(again[again.len() - 2..], ["10".to_string(), "0".to_string()]);
+//! ```
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::AsyncWrite;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::OutputStream;
+use crate::script::{quote, Script};
+use crate::{ExecutorError, FailureKind, RunLog};
+
+/// The files of one step in the environment's state folder, all named
+/// from one prefix, `stepio-ID`: `.pid` (the supervisor's pid, the root of
+/// the kill), `.o` and `.e` (the pipes the step writes into), `.out` and
+/// `.err` (what it wrote), `.status` (its exit status, once it ended).
+/// Each step's start removes the files of the steps before it, whose
+/// ends the runner already has: the output on disk is one step's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFiles {
+    prefix: String,
+}
+
+/// How many bytes of each stream the log already has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offsets {
+    /// Bytes of stdout.
+    pub stdout: u64,
+    /// Bytes of stderr.
+    pub stderr: u64,
+}
+
+/// The exit status `follow_argv`'s command exits with when the step's
+/// supervisor is gone and left no status: nothing more will come.
+pub const FOLLOW_LOST: i32 = 3;
+
+/// How many times in a row a stream may break with nothing through it.
+const MAX_IDLE_CUTS: u32 = 10;
+
+/// The start of a step. `$0` is the files' prefix, `$1` the script (or its
+/// file). A second start of the same step (an exec whose upgrade answer
+/// was lost, tried again) finds the pipes made and follows the first
+/// instead of running the step twice.
+const START: &str = r#"d=$0
+old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
+[ -z "$old" ] || rm -f $old
+if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
+  [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&2; exit 125; }
+  FOLLOW
+  s=$(cat "$d.status" 2>/dev/null)
+  case "$s" in ''|*[!0-9]*) exit 125;; esac
+  exit "$s"
+fi
+(
+  (trap '' PIPE; exec tee -a "$d.out" 2>/dev/null) < "$d.o" &
+  (trap '' PIPE; exec tee -a "$d.err" 2>/dev/null) < "$d.e" >&2 &
+  ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null &
+  wait $!; s=$?
+  wait
+  echo "$s" > "$d.status"
+  exit "$s"
+) &
+echo $! > "$d.pid"
+wait $!"#;
+
+/// Sends the output files on from offsets `o` and `e` until the status
+/// file is there (its writer waited for both files to be complete), then
+/// exits 0; exits [`FOLLOW_LOST`] when the supervisor is gone without one.
+/// There is no portable way to wait for a file to grow, so it looks again
+/// every 200 ms (a second where `sleep` takes whole seconds only): this
+/// runs only after a stream broke.
+const FOLLOW: &str = r#"size() { if [ -e "$1" ]; then echo $(($(wc -c < "$1"))); else echo 0; fi; }
+while :; do
+  if [ -s "$d.status" ]; then last=1; else last=; fi
+  n=$(size "$d.out"); if [ "$n" -gt "$o" ]; then tail -c +$((o + 1)) "$d.out" | head -c $((n - o)); o=$n; fi
+  n=$(size "$d.err"); if [ "$n" -gt "$e" ]; then tail -c +$((e + 1)) "$d.err" | head -c $((n - e)) >&2; e=$n; fi
+  [ -n "$last" ] && break
+  p=$(cat "$d.pid" 2>/dev/null)
+  case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || exit 3; continue;; esac
+  kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || exit 3
+  sleep 0.2 2>/dev/null || sleep 1
+done"#;
+
+impl StepFiles {
+    /// The files of the step `id` (unique within the run) in `state_dir`.
+    pub fn new(state_dir: &str, id: &str) -> Self {
+        StepFiles {
+            prefix: format!("{}/stepio-{id}", state_dir.trim_end_matches('/')),
+        }
+    }
+
+    /// The file holding the supervisor's pid: what an interrupt kills,
+    /// with every process under it.
+    pub fn pid_file(&self) -> String {
+        format!("{}.pid", self.prefix)
+    }
+
+    /// The argv that starts the step: `script` runs as `sh -e` (a file)
+    /// or `sh -ec` (inline) after `prelude` (exports, `cd DIR && `), with
+    /// its processes' `oom_score_adj` raised to 1000 so the kernel picks
+    /// the step, not the environment's keep-alive or the supervisor, when
+    /// memory runs out. The exec exits with the step's status.
+    pub fn start_argv(&self, prelude: &str, script: Script<'_>) -> Vec<String> {
+        let (flags, arg) = match script {
+            Script::Inline(text) => ("-ec", text),
+            Script::File(path) => ("-e", path),
+        };
+        let follow = format!("o=0; e=0\n{FOLLOW}");
+        let text = START
+            .replace("FOLLOW", &follow)
+            .replace("PRELUDE", prelude)
+            .replace("FLAGS", flags);
+        vec![
+            "sh".into(),
+            "-c".into(),
+            text,
+            self.prefix.clone(),
+            arg.into(),
+        ]
+    }
+
+    /// The argv that sends the step's output on from `from` and exits 0
+    /// once the step has ended, or [`FOLLOW_LOST`].
+    pub fn follow_argv(&self, from: Offsets) -> Vec<String> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("d=$0; o=$1; e=$2\n{FOLLOW}"),
+            self.prefix.clone(),
+            from.stdout.to_string(),
+            from.stderr.to_string(),
+        ]
+    }
+
+    /// The argv that prints the step's status file.
+    pub fn status_argv(&self) -> Vec<String> {
+        vec!["cat".into(), format!("{}.status", self.prefix)]
+    }
+
+    /// A POSIX `sh` script that kills the step's supervisor and every
+    /// process under it.
+    pub fn kill_script(&self) -> String {
+        crate::script::kill_tree(&self.pid_file())
+    }
+
+    /// The step's files, for a command that removes them (`rm -f` of these).
+    pub fn remove_script(&self) -> String {
+        let p = quote(&self.prefix);
+        format!("rm -f {p}.o {p}.e {p}.out {p}.err {p}.status {p}.pid")
+    }
+}
+
+/// A status file's content as an exit status: a number from 0 to 255 and
+/// perhaps a newline, nothing else (the file is in the step's reach).
+///
+/// ```
+/// use executor_core::detached::parse_status;
+/// assert_eq!(parse_status("137\n"), Some(137));
+/// assert_eq!(parse_status("0"), Some(0));
+/// assert_eq!(parse_status("-1\n"), None);
+/// assert_eq!(parse_status("256\n"), None);
+/// assert_eq!(parse_status(" 1\n"), None);
+/// ```
+pub fn parse_status(text: &str) -> Option<i32> {
+    let digits = text.strip_suffix('\n').unwrap_or(text);
+    if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<i32>().ok().filter(|c| *c <= 255)
+}
+
+/// How one exec ended, as a backend reports it to [`run_step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEnd {
+    /// Its command exited with this code.
+    Exited(i32),
+    /// Its stream broke, or it ended without a status; the command itself
+    /// may still run.
+    Cut(String),
+    /// The interrupt fired first.
+    Interrupted,
+}
+
+/// The exec a backend gives the step protocol: a command in the run's
+/// environment, as the step's own user.
+#[async_trait]
+pub trait StepExec: Send + Sync {
+    /// Runs `argv`, its stdout and stderr into the writers as they arrive,
+    /// until it ends or `interrupt` fires.
+    ///
+    /// # Errors
+    /// When the exec could not be started: of kind
+    /// [`FailureKind::Unreachable`] when another try may pass.
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError>;
+
+    /// Runs the kill script, as root where the backend can.
+    ///
+    /// # Errors
+    /// When it could not be run or failed.
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError>;
+}
+
+/// How a step ended, as far as the protocol can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepEnd {
+    /// The step exited with this code.
+    Exited(i32),
+    /// The interrupt fired; the step's processes were killed.
+    Interrupted,
+    /// No status will come: the supervisor is gone without one, or the
+    /// status file holds something else. The backend asks its
+    /// environment why.
+    Lost(String),
+}
+
+/// What [`run_step`] needs besides the exec.
+#[derive(Debug, Clone, Copy)]
+pub struct Follow {
+    /// How long a broken stream may take to be followed again: the
+    /// reconnect timeout.
+    pub reconnect: Duration,
+}
+
+/// Runs a step started by `start` (from [`StepFiles::start_argv`]) to its
+/// end, following it after every cut; see the module docs.
+///
+/// # Errors
+/// The first exec's start error as it is (the backend tells a lost
+/// environment from a refused call); an exec that could not be opened
+/// again within `follow.reconnect`; a log that could not be written.
+pub async fn run_step(
+    exec: &dyn StepExec,
+    files: &StepFiles,
+    start: &[String],
+    log: &RunLog,
+    interrupt: &CancellationToken,
+    follow: Follow,
+) -> Result<StepEnd, ExecutorError> {
+    let mut out = Counted::new(log.writer_for(OutputStream::Stdout));
+    let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
+    let first = exec.exec(start, &mut out, &mut err, interrupt).await?;
+    let mut why = match first {
+        ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),
+        ExecEnd::Interrupted => return killed(exec, files).await,
+        ExecEnd::Cut(why) => why,
+    };
+    let mut cuts = 0u32;
+    let mut idle_cuts = 0u32;
+    let mut last = Offsets::default();
+    loop {
+        cuts = cuts.saturating_add(1);
+        let from = Offsets {
+            stdout: out.count,
+            stderr: err.count,
+        };
+        log.line(&format!(
+            "the step's stream broke ({why}); following it on from byte {} of stdout and {} of stderr (cut {cuts})",
+            from.stdout, from.stderr
+        ));
+        tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
+        // A stream that breaks again and again with nothing new through it
+        // is not an outage that ends; one that brings output is followed on.
+        idle_cuts = if from == last {
+            idle_cuts.saturating_add(1)
+        } else {
+            0
+        };
+        last = from;
+        if idle_cuts > MAX_IDLE_CUTS {
+            return Err(ExecutorError::LostExitStatus {
+                what: "following the step".into(),
+                detail: format!("its stream broke {cuts} times, the last {idle_cuts} with nothing through: {why}"),
+            });
+        }
+        let argv = files.follow_argv(from);
+        let ended = reopened(
+            exec,
+            &argv,
+            &mut out,
+            &mut err,
+            follow.reconnect,
+            log,
+            interrupt,
+        )
+        .await?;
+        match ended {
+            ExecEnd::Exited(0) => return status(exec, files, follow, log, interrupt).await,
+            ExecEnd::Exited(FOLLOW_LOST) => {
+                return Ok(StepEnd::Lost(
+                    "the step's supervisor ended without writing a status".into(),
+                ))
+            }
+            ExecEnd::Exited(code) => {
+                return Ok(StepEnd::Lost(format!(
+                    "following the step's output failed with exit {code}"
+                )))
+            }
+            ExecEnd::Interrupted => return killed(exec, files).await,
+            ExecEnd::Cut(again) => why = again,
+        }
+    }
+}
+
+/// Opens an exec again through an outage: tries while its start fails as
+/// [`FailureKind::Unreachable`], within `reconnect`, saying so in the log
+/// once; the interrupt ends the wait.
+#[allow(clippy::too_many_arguments)]
+async fn reopened(
+    exec: &dyn StepExec,
+    argv: &[String],
+    stdout: &mut (dyn AsyncWrite + Send + Unpin),
+    stderr: &mut (dyn AsyncWrite + Send + Unpin),
+    reconnect: Duration,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+) -> Result<ExecEnd, ExecutorError> {
+    let mut backoff = crate::outage::Backoff::new(reconnect);
+    let mut said = false;
+    loop {
+        match exec.exec(argv, stdout, stderr, interrupt).await {
+            Err(e) if e.kind() == FailureKind::Unreachable => {
+                if !said {
+                    said = true;
+                    log.line(&format!(
+                        "waiting up to {}s for the environment to answer again: {e}",
+                        reconnect.as_secs()
+                    ));
+                }
+                tokio::select! {
+                    more = backoff.pause() => if !more { return Err(e) },
+                    _ = interrupt.cancelled() => return Ok(ExecEnd::Interrupted),
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Reads the step's status once its output is all in.
+async fn status(
+    exec: &dyn StepExec,
+    files: &StepFiles,
+    follow: Follow,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+) -> Result<StepEnd, ExecutorError> {
+    let argv = files.status_argv();
+    for _ in 0..=MAX_IDLE_CUTS {
+        let mut text = crate::text::HeadBuffer::new(64);
+        let ended = reopened(
+            exec,
+            &argv,
+            &mut text,
+            &mut tokio::io::sink(),
+            follow.reconnect,
+            log,
+            interrupt,
+        )
+        .await?;
+        match ended {
+            ExecEnd::Exited(0) => {
+                let said = text.text();
+                let parsed = (text.dropped() == 0).then(|| parse_status(&said)).flatten();
+                return Ok(match parsed {
+                    Some(code) => StepEnd::Exited(code),
+                    None => StepEnd::Lost(format!(
+                        "the step's status file holds {:?}, not an exit status",
+                        said.chars().take(16).collect::<String>()
+                    )),
+                });
+            }
+            ExecEnd::Exited(code) => {
+                return Ok(StepEnd::Lost(format!(
+                    "reading the step's status failed with exit {code}"
+                )))
+            }
+            ExecEnd::Interrupted => return killed(exec, files).await,
+            // A cut while reading a few bytes: read them again.
+            ExecEnd::Cut(_) => continue,
+        }
+    }
+    Err(ExecutorError::LostExitStatus {
+        what: "reading the step's status".into(),
+        detail: format!("its stream broke {} times", MAX_IDLE_CUTS + 1),
+    })
+}
+
+async fn killed(exec: &dyn StepExec, files: &StepFiles) -> Result<StepEnd, ExecutorError> {
+    if let Err(err) = exec.kill(&files.kill_script()).await {
+        tracing::warn!(%err, "could not kill an interrupted step");
+    }
+    Ok(StepEnd::Interrupted)
+}
+
+/// A writer that counts the bytes it took.
+struct Counted<W> {
+    inner: W,
+    count: u64,
+}
+
+impl<W> Counted<W> {
+    fn new(inner: W) -> Self {
+        Counted { inner, count: 0 }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.count = self.count.saturating_add(n as u64);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;

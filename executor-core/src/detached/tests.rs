@@ -1,0 +1,431 @@
+//! The step protocol's scripts, run by the host's `sh` and by busybox's,
+//! through an exec that can cut its stream after a number of bytes and
+//! kill its own process, as Docker does when its client goes away.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Mutex;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+/// Runs argv on the host with `shell` in place of `sh`. Each exec takes
+/// the next cut from `cuts`: after that many bytes of stdout its process
+/// is killed (only it, as an engine kills an exec's process) and its
+/// stream ends without a status.
+struct HostExec {
+    shell: Vec<String>,
+    cuts: Mutex<VecDeque<Option<u64>>>,
+    execs: Mutex<Vec<Vec<String>>>,
+}
+
+impl HostExec {
+    fn new(shell: &[&str], cuts: &[Option<u64>]) -> Self {
+        HostExec {
+            shell: shell.iter().map(|s| s.to_string()).collect(),
+            cuts: Mutex::new(cuts.iter().copied().collect()),
+            execs: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn command(&self, argv: &[String]) -> tokio::process::Command {
+        let mut argv = argv.to_vec();
+        if argv[0] == "sh" {
+            argv.splice(0..1, self.shell.iter().cloned());
+        }
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        // The host's tools for the scripts (busybox's applets under its sh).
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(false);
+        cmd
+    }
+}
+
+#[async_trait]
+impl StepExec for HostExec {
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        self.execs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(argv.to_vec());
+        let cut = self
+            .cuts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+            .flatten();
+        let mut child = self
+            .command(argv)
+            .spawn()
+            .map_err(|e| ExecutorError::backend("spawning", e.to_string()))?;
+        let mut out = child
+            .stdout
+            .take()
+            .ok_or_else(|| ExecutorError::backend("stdout", "none"))?;
+        let mut err = child
+            .stderr
+            .take()
+            .ok_or_else(|| ExecutorError::backend("stderr", "none"))?;
+        let mut sent = 0u64;
+        let pump = async {
+            let mut ob = vec![0u8; 512];
+            let mut eb = vec![0u8; 512];
+            let (mut out_done, mut err_done) = (false, false);
+            while !(out_done && err_done) {
+                tokio::select! {
+                    n = out.read(&mut ob), if !out_done => {
+                        let n = n.unwrap_or(0);
+                        if n == 0 { out_done = true; continue; }
+                        let take = match cut { Some(c) => n.min((c - sent) as usize), None => n };
+                        stdout.write_all(&ob[..take]).await.map_err(|e| e.to_string())?;
+                        sent += take as u64;
+                        if cut == Some(sent) { return Err("cut".to_string()); }
+                    }
+                    n = err.read(&mut eb), if !err_done => {
+                        let n = n.unwrap_or(0);
+                        if n == 0 { err_done = true; continue; }
+                        stderr.write_all(&eb[..n]).await.map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let pumped = tokio::select! {
+            r = pump => r,
+            _ = interrupt.cancelled() => {
+                let _ = child.start_kill();
+                return Ok(ExecEnd::Interrupted);
+            }
+        };
+        match pumped {
+            Ok(()) => {
+                let status = child
+                    .wait()
+                    .await
+                    .map_err(|e| ExecutorError::backend("waiting", e.to_string()))?;
+                Ok(match status.code() {
+                    Some(code) => ExecEnd::Exited(code),
+                    None => ExecEnd::Cut("killed".into()),
+                })
+            }
+            Err(why) => {
+                // The client went away: the engine kills the exec's own
+                // process, and nothing reads its pipes any more.
+                let _ = child.start_kill();
+                drop((out, err));
+                let _ = child.wait().await;
+                Ok(ExecEnd::Cut(why))
+            }
+        }
+    }
+
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        let status = self
+            .command(&["sh".into(), "-c".into(), script.into()])
+            .status()
+            .await
+            .map_err(|e| ExecutorError::backend("killing", e.to_string()))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(ExecutorError::backend("killing", format!("{status}")))
+        }
+    }
+}
+
+/// The shells the scripts must work under: the host's `sh` and busybox's,
+/// when there is one.
+fn shells() -> Vec<Vec<&'static str>> {
+    let mut shells = vec![vec!["sh"]];
+    if Path::new("/usr/bin/busybox").exists() || Path::new("/bin/busybox").exists() {
+        shells.push(vec!["busybox", "sh"]);
+    }
+    shells
+}
+
+const FOLLOW_NOW: Follow = Follow {
+    reconnect: Duration::from_secs(5),
+};
+
+/// A step that writes 3000 numbered lines to stdout, one to stderr, and
+/// exits 7.
+const NUMBERED: &str =
+    "i=0; while [ $i -lt 3000 ]; do echo \"line $i\"; i=$((i+1)); done; echo done >&2; exit 7";
+
+fn numbered_lines() -> String {
+    (0..3000).map(|i| format!("line {i}\n")).collect()
+}
+
+/// What a run log's output events carried, stdout and stderr apart: the
+/// bytes exactly, without the log's own lines between them.
+#[derive(Default)]
+struct Outputs(Mutex<(Vec<u8>, Vec<u8>)>);
+
+impl Outputs {
+    fn attach(log: &RunLog) -> std::sync::Arc<Outputs> {
+        let outputs = std::sync::Arc::new(Outputs::default());
+        let sink = outputs.clone();
+        log.add_sink(std::sync::Arc::new(move |event: &crate::events::Event| {
+            if let crate::events::Event::Output { stream, bytes, .. } = event {
+                let mut both = sink.0.lock().unwrap_or_else(|p| p.into_inner());
+                match stream {
+                    OutputStream::Stdout => both.0.extend_from_slice(bytes),
+                    OutputStream::Stderr => both.1.extend_from_slice(bytes),
+                }
+            }
+        }));
+        outputs
+    }
+
+    fn get(&self) -> (String, String) {
+        let both = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (
+            String::from_utf8_lossy(&both.0).into_owned(),
+            String::from_utf8_lossy(&both.1).into_owned(),
+        )
+    }
+}
+
+async fn run_numbered(
+    shell: &[&str],
+    cuts: &[Option<u64>],
+) -> (StepEnd, String, usize, (String, String)) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let files = StepFiles::new(&dir.path().display().to_string(), "t");
+    let exec = HostExec::new(shell, cuts);
+    let (log, text) = RunLog::memory();
+    let outputs = Outputs::attach(&log);
+    let start = files.start_argv("", Script::Inline(NUMBERED));
+    let end = run_step(
+        &exec,
+        &files,
+        &start,
+        &log,
+        &CancellationToken::new(),
+        FOLLOW_NOW,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    log.flush(Duration::from_secs(10)).await;
+    let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len();
+    (end, text.text(), execs, outputs.get())
+}
+
+#[tokio::test]
+async fn an_unbroken_step_is_one_exec_with_the_steps_own_code() {
+    for shell in shells() {
+        let (end, text, execs, (out, err)) = run_numbered(&shell, &[]).await;
+        assert_eq!(end, StepEnd::Exited(7), "{shell:?}");
+        assert_eq!(execs, 1, "{shell:?}");
+        assert_eq!(out, numbered_lines(), "{shell:?}: {text}");
+        assert_eq!(err, "done\n", "{shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_step_cut_twice_ends_with_its_code_and_every_line_once() {
+    for shell in shells() {
+        // Cut mid-line in the first exec, and again in the follow.
+        let (end, text, execs, (out, err)) = run_numbered(&shell, &[Some(1001), Some(7000)]).await;
+        assert_eq!(end, StepEnd::Exited(7), "{shell:?}: {text}");
+        assert_eq!(out, numbered_lines(), "{shell:?}: {text}");
+        assert_eq!(err, "done\n", "{shell:?}");
+        assert!(
+            text.contains("from byte 1001 of stdout"),
+            "{shell:?}: {text}"
+        );
+        assert!(
+            text.contains("from byte 8001 of stdout"),
+            "{shell:?}: {text}"
+        );
+        // start, follow, follow, status
+        assert_eq!(execs, 4, "{shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_second_start_of_a_step_follows_the_first_instead_of_running_it_again() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        let count = dir.path().join("runs");
+        let script = format!("echo ran >> {}; echo hello; exit 3", count.display());
+        let start = files.start_argv("", Script::Inline(&script));
+        let first = HostExec::new(&shell, &[]);
+        let (log, _) = RunLog::memory();
+        let cancel = CancellationToken::new();
+        let one = run_step(&first, &files, &start, &log, &cancel, FOLLOW_NOW).await;
+        let (log2, text2) = RunLog::memory();
+        let two = run_step(&first, &files, &start, &log2, &cancel, FOLLOW_NOW).await;
+        log2.flush(Duration::from_secs(10)).await;
+        assert_eq!(one.ok(), Some(StepEnd::Exited(3)), "{shell:?}");
+        assert_eq!(two.ok(), Some(StepEnd::Exited(3)), "{shell:?}");
+        assert!(text2.text().contains("hello"), "{shell:?}");
+        let runs = std::fs::read_to_string(&count).unwrap_or_default();
+        assert_eq!(runs, "ran\n", "{shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_supervisor_gone_without_a_status_is_lost_not_a_success() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        // The step kills its own supervisor (its parent), then goes on.
+        let start = files.start_argv("", Script::Inline("echo up; kill -9 $PPID; echo after"));
+        let exec = HostExec::new(&shell, &[Some(3)]);
+        let (log, _) = RunLog::memory();
+        let end = run_step(
+            &exec,
+            &files,
+            &start,
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(end, StepEnd::Lost(_)), "{shell:?}: {end:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_forged_status_is_lost_not_a_code() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        // The step's own status file, written by the step after the runner
+        // reads it would be too late; an impossible one as it ends is not.
+        let status = format!("{}/stepio-t.status", dir.path().display());
+        let script = format!("echo hi; trap 'echo -1 > {status}' EXIT");
+        let start = files.start_argv("", Script::Inline(&script));
+        let exec = HostExec::new(&shell, &[Some(1)]);
+        let (log, _) = RunLog::memory();
+        let end = run_step(
+            &exec,
+            &files,
+            &start,
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The supervisor writes the real status after the step's trap, so
+        // what is read is the step's own code: 0.
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}");
+        std::fs::write(&status, "999\n").unwrap_or_else(|e| panic!("{e}"));
+        let end = status_of(&shell, &files).await;
+        assert!(matches!(end, StepEnd::Lost(_)), "{shell:?}: {end:?}");
+    }
+}
+
+async fn status_of(shell: &[&str], files: &StepFiles) -> StepEnd {
+    let exec = HostExec::new(shell, &[]);
+    let (log, _) = RunLog::memory();
+    status(&exec, files, FOLLOW_NOW, &log, &CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn an_interrupt_after_a_cut_kills_the_step() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        let marker = dir.path().join("child");
+        // The step's child records its pid, then both wait for ever.
+        let script = format!("sleep 1000 & echo $! > {}; echo up; wait", marker.display());
+        let start = files.start_argv("", Script::Inline(&script));
+        let exec = HostExec::new(&shell, &[Some(3)]);
+        let (log, _) = RunLog::memory();
+        let cancel = CancellationToken::new();
+        let stepping = run_step(&exec, &files, &start, &log, &cancel, FOLLOW_NOW);
+        let cancelling = async {
+            // Interrupt once the follow is under way (its exec recorded)
+            // and the step's child is known; there is no event for either.
+            let under_way = async {
+                while exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len() < 2
+                    || std::fs::read_to_string(&marker).map_or(true, |s| !s.ends_with('\n'))
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            let waited = tokio::time::timeout(Duration::from_secs(30), under_way).await;
+            cancel.cancel();
+            assert!(waited.is_ok(), "the follow never started");
+        };
+        let (end, ()) = tokio::join!(stepping, cancelling);
+        assert_eq!(end.ok(), Some(StepEnd::Interrupted), "{shell:?}");
+        let pid = std::fs::read_to_string(&marker).unwrap_or_default();
+        let alive = Path::new(&format!("/proc/{}", pid.trim())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(!alive, "{shell:?}: the step's child {pid} still runs");
+    }
+}
+
+#[tokio::test]
+async fn a_step_removes_the_files_of_the_steps_before_it() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let state = dir.path().display().to_string();
+        std::fs::write(dir.path().join("step-abc.sh"), "true").unwrap_or_else(|e| panic!("{e}"));
+        let exec = HostExec::new(&shell, &[]);
+        let (log, _) = RunLog::memory();
+        for id in ["one", "two"] {
+            let files = StepFiles::new(&state, id);
+            let start = files.start_argv("", Script::Inline("echo hi"));
+            let end = run_step(
+                &exec,
+                &files,
+                &start,
+                &log,
+                &CancellationToken::new(),
+                FOLLOW_NOW,
+            )
+            .await;
+            assert_eq!(end.ok(), Some(StepEnd::Exited(0)), "{shell:?}");
+        }
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "step-abc.sh",
+                "stepio-two.e",
+                "stepio-two.err",
+                "stepio-two.o",
+                "stepio-two.out",
+                "stepio-two.pid",
+                "stepio-two.status"
+            ],
+            "{shell:?}"
+        );
+    }
+}
+
+#[test]
+fn a_status_is_a_number_from_0_to_255() {
+    for good in ["0\n", "255\n", "7"] {
+        assert!(parse_status(good).is_some(), "{good:?}");
+    }
+    for bad in ["", "\n", "-1", "256", "1e3", "0x1", " 1", "1\n\n", "9999"] {
+        assert_eq!(parse_status(bad), None, "{bad:?}");
+    }
+}
