@@ -72,8 +72,15 @@ pub const FOLLOW_LOST: i32 = 3;
 /// How many times in a row a stream may break with nothing through it.
 const MAX_IDLE_CUTS: u32 = 10;
 
+/// A follow that stayed open this long before it broke is not part of a
+/// loop of failing reconnects.
+const LASTED: Duration = Duration::from_secs(2);
+
 /// The start of a step. `$0` is the files' prefix, `$1` the script (or its
-/// file). A second start of the same step (an exec whose upgrade answer
+/// file). The step has ended when its shell has: its status is written
+/// once the `tee`s have all it wrote, unless a process it left behind
+/// still holds its output (`sleep 600 &`), when it is written at once, as
+/// an engine ends an exec whose own process ended. A second start of the same step (an exec whose upgrade answer
 /// was lost, tried again) finds the pipes made and follows the first
 /// instead of running the step twice.
 const START: &str = r#"d=$0
@@ -91,7 +98,8 @@ fi
   (trap '' PIPE; exec tee -a "$d.err" 2>/dev/null) < "$d.e" >&2 &
   ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null &
   wait $!; s=$?
-  wait
+  held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
+  [ -n "$held" ] || wait
   echo "$s" > "$d.status"
   exit "$s"
 ) &
@@ -288,6 +296,7 @@ pub async fn run_step(
     let mut cuts = 0u32;
     let mut idle_cuts = 0u32;
     let mut last = Offsets::default();
+    let mut lasted = false;
     loop {
         cuts = cuts.saturating_add(1);
         let from = Offsets {
@@ -299,9 +308,10 @@ pub async fn run_step(
             from.stdout, from.stderr
         ));
         tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
-        // A stream that breaks again and again with nothing new through it
-        // is not an outage that ends; one that brings output is followed on.
-        idle_cuts = if from == last {
+        // A stream that breaks again and again at once, with nothing new
+        // through it, is not an outage that ends; one that brings output,
+        // or lasted (a front that drops silent connections), is followed on.
+        idle_cuts = if from == last && !lasted {
             idle_cuts.saturating_add(1)
         } else {
             0
@@ -314,6 +324,7 @@ pub async fn run_step(
             });
         }
         let argv = files.follow_argv(from);
+        let opened = tokio::time::Instant::now();
         let ended = reopened(
             exec,
             &argv,
@@ -337,7 +348,10 @@ pub async fn run_step(
                 )))
             }
             ExecEnd::Interrupted => return killed(exec, files).await,
-            ExecEnd::Cut(again) => why = again,
+            ExecEnd::Cut(again) => {
+                why = again;
+                lasted = opened.elapsed() >= LASTED;
+            }
         }
     }
 }

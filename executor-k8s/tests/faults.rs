@@ -239,7 +239,7 @@ async fn a_pod_deleted_mid_step_ends_the_step_with_the_reason() {
     ignore = "needs a container engine: run scripts/test.sh"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
+async fn a_cut_step_whose_supervisor_is_gone_is_a_lost_status_never_success() {
     let backend = k8s().await;
     let fx = Fixture::new("cut");
     let spec = fx
@@ -257,22 +257,86 @@ async fn an_exec_stream_cut_mid_step_is_a_lost_status_never_success() {
         script: spec.steps[0].script.clone(),
         env: handle.standard_env(),
     };
-    let err = backend
+    let log = WatchedLog::default();
+    let run_log = log.run_log();
+    let stepping = backend
         .executor
-        .command(
-            &handle,
-            &command,
-            &RunLog::discard(),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap_err();
+        .command(&handle, &command, &run_log, CancellationToken::new());
+    // Once the runner follows the cut step, its supervisor dies (as an
+    // OOM kill of it would): no status will ever come.
+    let kill = async {
+        log.wait_for("the step's stream broke").await;
+        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
+        backend
+            .cluster
+            .exec_in_pod(
+                &ns,
+                &pod,
+                &["sh", "-c", "kill -9 $(cat /.knotless/stepio-*.pid)"],
+            )
+            .await;
+    };
+    let (err, ()) = tokio::join!(stepping, kill);
+    let err = err.unwrap_err();
     assert!(
         matches!(err, executor_core::ExecutorError::LostExitStatus { .. }),
         "{err}"
     );
     assert_eq!(err.kind(), FailureKind::Unreachable);
     backend.executor.stop(&handle).await.unwrap();
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
+/// A front that drops silent connections, with no keepalive to hold
+/// them: the silent step's exec is cut, and so is each follow of it while
+/// it stays silent; the step still ends with its own code and output.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_step_cut_by_an_idle_front_is_followed_to_its_end() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            keepalive: Duration::from_secs(600),
+            ..common::options()
+        },
+    )
+    .await;
+    backend
+        .cluster
+        .faults()
+        .idle_websocket_timeout(Some(Duration::from_secs(3)));
+    let fx = Fixture::new("idle");
+    let spec = fx.spec(&backend, "idle").step(Step::new(
+        "quiet",
+        "echo going-quiet; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo still-here; exit 4",
+    ));
+    let log = WatchedLog::default();
+    let release = async {
+        // The step's exec and the first follow of it were both cut idle.
+        log.wait_for("(cut 2)").await;
+        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
+        backend
+            .cluster
+            .exec_in_pod(&ns, &pod, &["touch", "/tmp/go"])
+            .await;
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        release
+    );
+    assert_eq!(result.steps[0].exit_code, Some(4), "{}", log.text());
+    assert_eq!(result.steps[0].status, StepStatus::Failed, "{}", log.text());
+    assert_eq!(
+        log.text().matches("going-quiet").count(),
+        1,
+        "{}",
+        log.text()
+    );
+    assert!(log.text().contains("still-here"), "{}", log.text());
+    assert!(backend.cluster.faults().idle_cuts() >= 2);
     assert_nothing_left(&backend, &fx.runner).await;
 }
 

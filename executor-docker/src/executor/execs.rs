@@ -3,6 +3,10 @@
 //! container gone.
 
 use super::*;
+use executor_core::detached::{ExecEnd, StepExec};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::engine::StepStream;
 
 impl DockerExecutor {
     /// Runs a runner-internal command as root, failing with its output;
@@ -62,17 +66,6 @@ impl DockerExecutor {
             // The engine has no call that waits for an exec to end: poll, backing off.
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(200));
-        }
-    }
-
-    /// Kills a step's process tree inside the container.
-    pub(super) async fn kill_step(&self, id: &str, pid_file: &str, exec_id: &str) {
-        let script = executor_core::script::kill_tree(pid_file);
-        if let Err(err) = self.exec_as_root(id, &script, "killing the step").await {
-            tracing::warn!(%err, container = id, "could not kill an interrupted step");
-        }
-        if let Err(err) = self.settled(exec_id).await {
-            tracing::warn!(%err, container = id, "an interrupted step did not stop");
         }
     }
 
@@ -137,5 +130,81 @@ impl DockerExecutor {
             )));
         }
         Ok(None)
+    }
+}
+
+/// A step's execs in its container, for the step protocol: as the step's
+/// user, in its folder, with its variables.
+pub(super) struct StepChannel<'a> {
+    pub(super) executor: &'a DockerExecutor,
+    pub(super) id: &'a str,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) working_dir: String,
+}
+
+#[async_trait]
+impl StepExec for StepChannel<'_> {
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        let engine = &self.executor.engine;
+        let exec = ExecSpec {
+            cmd: argv.to_vec(),
+            env: self.env.clone(),
+            working_dir: self.working_dir.clone(),
+            user: self.executor.options.user.clone(),
+        };
+        let exec_id = engine.exec_create(self.id, &exec).await?;
+        let mut output = engine.exec_start(&exec_id).await?;
+        let mut broke = None;
+        // A slow log holds the output back (back-pressure on the step); an
+        // interrupt still ends it at once.
+        let pump = async {
+            while let Some(chunk) = output.next().await {
+                let written = match chunk {
+                    Ok((StepStream::Stdout, bytes)) => stdout.write_all(&bytes).await,
+                    Ok((StepStream::Stderr, bytes)) => stderr.write_all(&bytes).await,
+                    Err(err) => {
+                        broke = Some(err.to_string());
+                        break;
+                    }
+                };
+                if let Err(err) = written {
+                    return Err(ExecutorError::backend(
+                        "writing the step's output",
+                        err.to_string(),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        tokio::select! {
+            r = pump => r?,
+            _ = interrupt.cancelled() => return Ok(ExecEnd::Interrupted),
+        }
+        // The engine kills an exec's own process when its client goes
+        // away, so a code after a broken stream is that kill's, not the
+        // step's.
+        if let Some(why) = broke {
+            return Ok(ExecEnd::Cut(format!("output broke off: {why}")));
+        }
+        Ok(match self.executor.settled(&exec_id).await {
+            Ok(state) => match state.exit_code {
+                Some(code) => ExecEnd::Exited(i32::try_from(code).unwrap_or(i32::MAX)),
+                None => ExecEnd::Cut("the engine reported no exit code".into()),
+            },
+            Err(err) => ExecEnd::Cut(err.to_string()),
+        })
+    }
+
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        self.executor
+            .exec_as_root(self.id, script, "killing the step")
+            .await
+            .map(|_| ())
     }
 }

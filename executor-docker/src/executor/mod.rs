@@ -21,7 +21,8 @@ use tokio_util::io::StreamReader;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{ContainerSpec, Engine, ExecSpec};
-use executor_core::script::{step_argv_from, Script, ScriptFiles};
+use executor_core::detached::{run_step, Follow, StepEnd, StepFiles};
+use executor_core::script::{Script, ScriptFiles};
 
 mod container;
 mod execs;
@@ -162,9 +163,7 @@ impl Executor for DockerExecutor {
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError> {
         let id = run.id.as_str();
-        let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
-        // Record the shell's pid so an interrupt can kill the step's
-        // processes: the engine has no call to kill an exec.
+        let files = StepFiles::new(STATE_DIR, &random_suffix());
         let file = self
             .live()
             .get(id)
@@ -174,70 +173,34 @@ impl Executor for DockerExecutor {
             // A script the run was not started with: in the command line.
             None => Script::Inline(&step.script),
         };
-        let cmd = step_argv_from(&pid_file, "", script);
-        let exec = ExecSpec {
-            cmd,
+        let start = files.start_argv("", script);
+        let channel = execs::StepChannel {
+            executor: self,
+            id,
             env: step.env.clone(),
             working_dir: run.work_dir.clone(),
-            user: self.options.user.clone(),
         };
-        let started = async {
-            let exec_id = self.engine.exec_create(id, &exec).await?;
-            let output = self.engine.exec_start(&exec_id).await?;
-            Ok::<_, ExecutorError>((exec_id, output))
+        let follow = Follow {
+            reconnect: self.options.reconnect_timeout,
         };
-        let (exec_id, mut output) = match started.await {
-            Ok(started) => started,
+        let ended = match run_step(&channel, &files, &start, log, &interrupt, follow).await {
+            Ok(ended) => ended,
             Err(err) => {
-                // A container removed before the step began is lost, not
-                // an engine error.
+                // A container removed under the step is lost, not an
+                // engine error.
                 self.explain(id, None).await?;
                 return Err(err);
             }
         };
-        let mut stream_error = None;
-        // A slow log holds the output back (back-pressure on the step); an
-        // interrupt still ends it at once.
-        let pump = async {
-            while let Some(chunk) = output.next().await {
-                match chunk {
-                    Ok((stream, bytes)) => log.output_from(stream, &bytes).await,
-                    Err(err) => {
-                        stream_error = Some(err);
-                        break;
-                    }
-                }
-            }
-        };
-        let interrupted = tokio::select! {
-            () = pump => false,
-            _ = interrupt.cancelled() => true,
-        };
-        if interrupted {
-            drop(output);
-            self.kill_step(id, &pid_file, &exec_id).await;
-            return Ok(CommandOutcome::Interrupted);
-        }
-        let state = match self.settled(&exec_id).await {
-            Ok(state) => state,
-            Err(err) => {
-                self.explain(id, None).await?;
-                return Err(err);
-            }
-        };
-        match state.exit_code {
-            Some(code) => {
+        match ended {
+            StepEnd::Exited(code) => {
                 // Any failure may be an OOM kill the shell passed on as
                 // its own code: the container's counters say, not the code.
-                let oom = if code != 0 || stream_error.is_some() {
-                    self.explain(id, Some(code)).await?
+                let oom = if code != 0 {
+                    self.explain(id, Some(i64::from(code))).await?
                 } else {
                     None
                 };
-                if let (Some(err), None) = (&stream_error, &oom) {
-                    tracing::warn!(%err, "exec output broke off; the exit code still arrived");
-                }
-                let code = i32::try_from(code).unwrap_or(i32::MAX);
                 Ok(match oom {
                     Some(detail) => CommandOutcome::OutOfMemory {
                         code: Some(code),
@@ -246,16 +209,12 @@ impl Executor for DockerExecutor {
                     None => CommandOutcome::exited(code),
                 })
             }
-            None => {
+            StepEnd::Interrupted => Ok(CommandOutcome::Interrupted),
+            StepEnd::Lost(detail) => {
                 self.explain(id, None).await?;
                 Err(ExecutorError::LostExitStatus {
                     what: format!("step {}", step.name),
-                    detail: match stream_error {
-                        Some(err) => {
-                            format!("output broke off ({err}) and the engine has no exit code")
-                        }
-                        None => "the engine reported no exit code".into(),
-                    },
+                    detail,
                 })
             }
         }

@@ -61,11 +61,14 @@ async fn step_in_container(mock: MockEngine) -> Result<CommandOutcome, ExecutorE
 #[tokio::test]
 async fn a_missing_exit_code_is_lost_status_never_success() {
     let mut mock = MockEngine::new();
-    // The step's exec has no code; the probe that asks whether the
+    // The step's exec has no code; following the step finds its
+    // supervisor gone without a status; the probe that asks whether the
     // container still answers runs and exits 0.
     mock.expect_exec_create().returning(|_, exec| {
         Ok(if exec.cmd[2] == "true" {
             "probe"
+        } else if exec.cmd[2].contains("while :") && !exec.cmd[2].contains("mkfifo") {
+            "follow"
         } else {
             "step"
         }
@@ -76,7 +79,11 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
     mock.expect_exec_inspect().returning(|exec_id| {
         Ok(ExecState {
             running: false,
-            exit_code: (exec_id == "probe").then_some(0),
+            exit_code: match exec_id {
+                "probe" => Some(0),
+                "follow" => Some(i64::from(executor_core::detached::FOLLOW_LOST)),
+                _ => None,
+            },
         })
     });
     let err = step_in_running_container(mock).await.unwrap_err();
@@ -87,14 +94,25 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
 async fn a_missing_exit_code_from_a_container_that_no_longer_answers_is_a_lost_environment() {
     let mut mock = MockEngine::new();
     // Inspect still says running, as it may just after the keep-alive died,
-    // but no exec in the container reports a code any more.
-    with_exec(
-        &mut mock,
-        ExecState {
+    // but the step's exec has no code and no other exec starts.
+    mock.expect_exec_create().returning(|_, exec| {
+        if exec.cmd[2].contains("mkfifo") {
+            Ok("step".into())
+        } else {
+            Err(ExecutorError::backend(
+                "creating an exec",
+                "container c is not running",
+            ))
+        }
+    });
+    mock.expect_exec_start()
+        .returning(|_| Ok(futures_util::stream::empty().boxed()));
+    mock.expect_exec_inspect().returning(|_| {
+        Ok(ExecState {
             running: false,
             exit_code: None,
-        },
-    );
+        })
+    });
     let err = step_in_running_container(mock).await.unwrap_err();
     assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
 }

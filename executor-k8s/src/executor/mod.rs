@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::events::OutputStream;
 use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
 use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
@@ -17,10 +16,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
-use crate::cluster::{Cluster, Ended, ExecIo};
-use crate::job::{objects, runner_selector, CONTAINER, STATE_DIR};
+use crate::cluster::Cluster;
+use crate::job::{objects, runner_selector, STATE_DIR};
 use crate::{wait, K8sOptions};
-use executor_core::script::{step_argv_from, Script, ScriptFiles};
+use executor_core::detached::{run_step, Follow, StepEnd, StepFiles};
+use executor_core::script::{Script, ScriptFiles};
 
 mod pod_exec;
 mod variables;
@@ -364,32 +364,31 @@ impl Executor for K8sExecutor {
             "cd {} && ",
             executor_core::script::quote(&run.work_dir)
         ));
-        let pid_file = format!("{STATE_DIR}/{}.pid", random_suffix());
+        let files = StepFiles::new(STATE_DIR, &random_suffix());
         let file = live.scripts.path_of(&step.script);
         let script = match &file {
             Some(path) => Script::File(path),
             // A script the run was not started with: in the command line.
             None => Script::Inline(&step.script),
         };
-        let argv = step_argv_from(&pid_file, &prelude, script);
-        let exec = match self.cluster.exec(&live.pod, CONTAINER, &argv, false).await {
-            Ok(exec) => exec,
-            // A pod gone before the step began is lost, not a refused call.
+        let start = files.start_argv(&prelude, script);
+        let channel = pod_exec::StepChannel {
+            executor: self,
+            pod: &live.pod,
+        };
+        let follow = Follow {
+            reconnect: self.options.reconnect_timeout,
+        };
+        let ended = match run_step(&channel, &files, &start, log, &interrupt, follow).await {
+            Ok(ended) => ended,
+            // A pod gone under the step is lost, not a refused call.
             Err(err) => match self.lost_environment(&live).await {
                 Some(fate) => return step_fate(fate, None),
                 None => return Err(err),
             },
         };
-        let mut out = log.writer_for(OutputStream::Stdout);
-        let mut err = log.writer_for(OutputStream::Stderr);
-        let io = ExecIo {
-            stdin: None,
-            stdout: &mut out,
-            stderr: &mut err,
-        };
-        let ended = exec.finish(io, &interrupt).await?;
         match ended {
-            Ended::Exited(code) => {
+            StepEnd::Exited(code) => {
                 // Any failure may be an OOM kill the shell passed on as its
                 // own code, or the pod dying under the step: the pod's
                 // status says, not the code.
@@ -400,31 +399,12 @@ impl Executor for K8sExecutor {
                 }
                 Ok(CommandOutcome::exited(code))
             }
-            Ended::Interrupted => {
-                let kill = vec![
-                    "sh".into(),
-                    "-c".into(),
-                    executor_core::script::kill_tree(&pid_file),
-                ];
-                if let Err(e) = self
-                    .exec_checked(
-                        &live.pod,
-                        kill,
-                        None,
-                        &mut tokio::io::sink(),
-                        "killing the step",
-                    )
-                    .await
-                {
-                    tracing::warn!(%e, pod = %live.pod, "could not kill an interrupted step");
-                }
-                Ok(CommandOutcome::Interrupted)
-            }
-            Ended::Failed(msg) | Ended::Closed(msg) => match self.lost_environment(&live).await {
+            StepEnd::Interrupted => Ok(CommandOutcome::Interrupted),
+            StepEnd::Lost(detail) => match self.lost_environment(&live).await {
                 Some(fate) => step_fate(fate, None),
                 None => Err(ExecutorError::LostExitStatus {
                     what: format!("step {}", step.name),
-                    detail: msg,
+                    detail,
                 }),
             },
         }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use executor_core::detached::{ExecEnd, StepExec};
 use executor_core::tar::{pack_dir, PackStream};
 use executor_core::ExecutorError;
 use tokio_util::sync::CancellationToken;
@@ -145,5 +146,53 @@ impl K8sExecutor {
         )
         .await
         .is_ok()
+    }
+}
+
+/// A step's execs in its pod, for the step protocol.
+pub(super) struct StepChannel<'a> {
+    pub(super) executor: &'a K8sExecutor,
+    pub(super) pod: &'a str,
+}
+
+#[async_trait::async_trait]
+impl StepExec for StepChannel<'_> {
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        let exec = self
+            .executor
+            .cluster
+            .exec(self.pod, CONTAINER, argv, false)
+            .await?;
+        let io = ExecIo {
+            stdin: None,
+            stdout,
+            stderr,
+        };
+        Ok(match exec.finish(io, interrupt).await? {
+            Ended::Exited(code) => ExecEnd::Exited(code),
+            Ended::Interrupted => ExecEnd::Interrupted,
+            // The server's own failure (no exit code) or a broken
+            // connection: the step may still run; its files say.
+            Ended::Failed(why) | Ended::Closed(why) => ExecEnd::Cut(why),
+        })
+    }
+
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        let argv = vec!["sh".into(), "-c".into(), script.into()];
+        self.executor
+            .exec_checked(
+                self.pod,
+                argv,
+                None,
+                &mut tokio::io::sink(),
+                "killing the step",
+            )
+            .await
     }
 }

@@ -161,24 +161,33 @@ async fn exit_137_with_the_pod_deleted_is_a_lost_environment() {
     assert!(err.retryable());
 }
 
+/// What a scripted exec is, from its argv: the step's start, its follow,
+/// the read of its status, or the runner's probe.
+fn kind_of(argv: &[String]) -> &'static str {
+    match argv {
+        [one] if one == "true" => "probe",
+        [cat, _] if cat == "cat" => "status",
+        [_, _, script, ..] if script.contains("mkfifo") => "start",
+        [_, _, script, ..] if script.contains("while :") => "follow",
+        _ => "other",
+    }
+}
+
 #[tokio::test]
 async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success() {
     let mut cluster = MockCluster::new();
-    let calls = AtomicUsize::new(0);
     cluster
         .expect_exec()
-        .times(2)
+        .times(3)
         .returning(move |_, _, argv, _| {
-            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            Ok(match kind_of(argv) {
                 // The step's output, then the connection drops: no status.
-                Ok(exec(
-                    "half",
-                    Ended::Closed("the exec connection broke".into()),
-                ))
-            } else {
-                assert_eq!(argv, ["true"], "the probe");
-                Ok(exec("", Ended::Exited(0)))
-            }
+                "start" => exec("half", Ended::Closed("the exec connection broke".into())),
+                // Its supervisor is gone and left no status.
+                "follow" => exec("", Ended::Exited(executor_core::detached::FOLLOW_LOST)),
+                "probe" => exec("", Ended::Exited(0)),
+                other => panic!("unexpected {other} exec: {argv:?}"),
+            })
         });
     cluster
         .expect_get_pod()
@@ -187,6 +196,48 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
     let err = step(&live(cluster)).await.unwrap_err();
     assert!(matches!(err, ExecutorError::LostExitStatus { .. }), "{err}");
     assert_eq!(err.kind(), FailureKind::Unreachable);
+}
+
+#[tokio::test]
+async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
+    let mut cluster = MockCluster::new();
+    let follows = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let seen = follows.clone();
+    cluster.expect_exec().returning(move |_, _, argv, _| {
+        Ok(match kind_of(argv) {
+            "start" => exec("hal", Ended::Closed("the exec connection broke".into())),
+            "follow" => {
+                seen.lock().unwrap().push(argv.to_vec());
+                exec("f-done\n", Ended::Exited(0))
+            }
+            "status" => exec("7\n", Ended::Exited(0)),
+            "probe" => exec("", Ended::Exited(0)),
+            other => panic!("unexpected {other} exec: {argv:?}"),
+        })
+    });
+    cluster.expect_get_pod().returning(|_| Ok(Some(running())));
+    let (log, text) = RunLog::memory();
+    let outcome = live(cluster)
+        .command(
+            &RunHandle::in_container("job"),
+            &StepCommand {
+                name: "s".into(),
+                script: "make".into(),
+                env: Vec::new(),
+            },
+            &log,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommandOutcome::exited(7));
+    // Followed from the third byte of stdout, none of stderr.
+    let follows = follows.lock().unwrap().clone();
+    assert_eq!(follows.len(), 1);
+    assert_eq!(follows[0][follows[0].len() - 2..], ["3", "0"]);
+    log.flush(std::time::Duration::from_secs(5)).await;
+    let text = text.text();
+    assert!(text.contains("hal") && text.contains("f-done"), "{text}");
 }
 
 #[tokio::test]

@@ -44,6 +44,7 @@ use async_trait::async_trait;
 use executor_core::{Executor, RunSpec};
 
 pub use cases::caches::*;
+pub use cases::durable::*;
 pub use cases::failures::*;
 pub use cases::files::*;
 pub use cases::lifecycle::*;
@@ -82,6 +83,16 @@ pub trait Backend: Send + Sync {
     async fn lose_environment(&self, _runner: &str) -> bool {
         false
     }
+
+    /// Cuts the connections that carry the next execs' output, as a
+    /// network or a front that drops them would: the next exec whose
+    /// output reaches `bytes[0]` bytes is cut there (no status comes), then
+    /// the next to reach `bytes[1]`, and so on. `false` when the backend
+    /// has no such connection (the shell), which skips the cases that
+    /// need it.
+    async fn cut_streams_after(&self, _bytes: &[u64]) -> bool {
+        false
+    }
 }
 
 /// Generates one `#[tokio::test]` per conformance case, each calling
@@ -116,7 +127,8 @@ macro_rules! conformance_tests {
             crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
-            retry_never_follows_a_step_failure, retry_recovers_from_a_lost_environment);
+            retry_never_follows_a_step_failure, retry_recovers_from_a_lost_environment,
+            a_step_cut_twice_keeps_every_byte_and_its_code);
     };
     (@cases $make:path; $attrs:tt; $($case:ident),* $(,)?) => {
         $( $crate::conformance_tests!(@case $make; $attrs; $case); )*

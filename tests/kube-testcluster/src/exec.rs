@@ -217,7 +217,7 @@ pub async fn serve(
             let _ = i.shutdown().await;
         }
     }
-    let cut = faults.take_exec_cut();
+    let mut sent = 0u64;
     let idle = faults.idle_timeout();
     let mut idle_deadline = idle.map(|d| tokio::time::Instant::now() + d);
     loop {
@@ -256,12 +256,10 @@ pub async fn serve(
                 match chunk {
                     // A stream the client did not ask for is not sent.
                     Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) if params.stdout => {
-                        if ws.send(frame(1, &message)).await.is_err() { return; }
-                        if cut { return; }
+                        if send_or_cut(&mut ws, faults, &mut sent, 1, &message).await.is_err() { return; }
                     }
                     Some(Ok(LogOutput::StdErr { message })) if params.stderr => {
-                        if ws.send(frame(2, &message)).await.is_err() { return; }
-                        if cut { return; }
+                        if send_or_cut(&mut ws, faults, &mut sent, 2, &message).await.is_err() { return; }
                     }
                     Some(Ok(LogOutput::StdOut { .. } | LogOutput::Console { .. } | LogOutput::StdErr { .. })) => {}
                     Some(Ok(LogOutput::StdIn { .. })) => {}
@@ -295,6 +293,39 @@ pub async fn serve(
         while let Some(Ok(_)) = ws.next().await {}
     })
     .await;
+}
+
+/// Sends output on `channel`, or as much of it as reaches the size of a
+/// cut the faults ask for; `Err` when the connection is gone (or cut).
+async fn send_or_cut(
+    ws: &mut WebSocketStream<TokioIo<Upgraded>>,
+    faults: &Faults,
+    sent: &mut u64,
+    channel: u8,
+    message: &[u8],
+) -> Result<(), ()> {
+    let len = message.len() as u64;
+    let cut_at = faults
+        .exec_cut()
+        .filter(|at| sent.saturating_add(len) >= *at);
+    let part = match cut_at {
+        Some(at) => {
+            &message[..usize::try_from(at.saturating_sub(*sent))
+                .unwrap_or(0)
+                .min(message.len())]
+        }
+        None => message,
+    };
+    if !part.is_empty() {
+        ws.send(frame(channel, part)).await.map_err(|_| ())?;
+        let _ = ws.flush().await;
+    }
+    *sent = sent.saturating_add(part.len() as u64);
+    if cut_at.is_some() {
+        faults.exec_cut_done();
+        return Err(());
+    }
+    Ok(())
 }
 
 /// The exec's exit code once it has one, as a kubelet waits for it: for

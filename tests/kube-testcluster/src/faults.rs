@@ -60,7 +60,7 @@ struct State {
     unschedulable: bool,
     image_pull: Option<ImagePullFault>,
     requests: Vec<RequestFault>,
-    cut_exec_after_output: bool,
+    exec_cuts: std::collections::VecDeque<u64>,
     idle_ws_timeout: Option<Duration>,
     status_lag: bool,
     watch_expiry: Option<Duration>,
@@ -156,9 +156,20 @@ impl Faults {
     pub(crate) fn note_outage_over(&self) {
         self.outages_over.send_modify(|n| *n += 1);
     }
-    /// The next exec that produces output has its stream cut right after.
+    /// The next exec that produces output has its stream cut right after
+    /// its first byte.
     pub fn cut_next_exec(&self) {
-        self.lock().cut_exec_after_output = true;
+        self.cut_execs_after(&[1]);
+    }
+    /// Cuts the streams of the next execs whose output reaches these
+    /// sizes, one each in turn: the first exec to send `bytes[0]` bytes
+    /// of stdout and stderr is cut there, mid-frame if need be (the
+    /// connection drops, no status), then the next to send `bytes[1]`. An
+    /// exec that ends short of the size leaves it for the next. As a
+    /// front or a network that drops a connection: the exec's own process
+    /// is killed, as the engine kills it when its client goes away.
+    pub fn cut_execs_after(&self, bytes: &[u64]) {
+        self.lock().exec_cuts.extend(bytes.iter().copied());
     }
     /// WebSockets idle for this long are dropped.
     pub fn idle_websocket_timeout(&self, d: Option<Duration>) {
@@ -259,8 +270,13 @@ impl Faults {
         fault.times -= 1;
         Some(fault.status)
     }
-    pub(crate) fn take_exec_cut(&self) -> bool {
-        std::mem::take(&mut self.lock().cut_exec_after_output)
+    /// The size at which the next exec cut happens, if one is asked for.
+    pub(crate) fn exec_cut(&self) -> Option<u64> {
+        self.lock().exec_cuts.front().copied()
+    }
+    /// The exec cut at the front happened.
+    pub(crate) fn exec_cut_done(&self) {
+        self.lock().exec_cuts.pop_front();
     }
     pub(crate) fn idle_timeout(&self) -> Option<Duration> {
         self.lock().idle_ws_timeout

@@ -1,4 +1,5 @@
 pub mod caches;
+pub mod durable;
 pub mod failures;
 pub mod files;
 pub mod lifecycle;
