@@ -1,14 +1,20 @@
-//! Engine outages: a proxy in front of the engine's socket that, when the
-//! container's removal passes through it, stops listening (connections
-//! are refused), cuts every open connection, and listens again after a
-//! while. Calls ride an outage out within
-//! `DockerOptions::reconnect_timeout`; past it, the container goes to the
-//! journal, and the next sweep removes it.
+//! Engine outages and cut streams, through a proxy in front of the
+//! engine's socket.
+//!
+//! - When the container's removal passes through it, it stops listening
+//!   (connections are refused), cuts every open connection, and listens
+//!   again after a while. Calls ride an outage out within
+//!   `DockerOptions::reconnect_timeout`; past it, the container goes to
+//!   the journal, and the next sweep removes it.
+//! - It cuts an exec's attached stream after a number of bytes, as a
+//!   network would; the engine then kills the exec's own process. The
+//!   step goes on, and is followed.
 
 mod common;
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::Docker;
@@ -29,9 +35,14 @@ fn engine_socket() -> PathBuf {
     }
 }
 
+/// Sizes at which the next exec streams are cut, in turn.
+type Cuts = Arc<Mutex<VecDeque<u64>>>;
+
 /// A proxy that takes the engine down for `down` when a container's
-/// removal (`DELETE .../containers/...`) comes through it.
+/// removal (`DELETE .../containers/...`) comes through it, if `down` is
+/// set, and cuts exec streams at the sizes in its [`Cuts`].
 struct Proxy {
+    cuts: Cuts,
     socket: PathBuf,
     over: watch::Receiver<u64>,
     _dir: tempfile::TempDir,
@@ -39,13 +50,15 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(down: Duration) -> Proxy {
+    async fn start(down: Option<Duration>) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("engine.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let (over_tx, over) = watch::channel(0u64);
-        let task = tokio::spawn(serve(listener, socket.clone(), down, over_tx));
+        let cuts = Cuts::default();
+        let task = tokio::spawn(serve(listener, socket.clone(), down, over_tx, cuts.clone()));
         Proxy {
+            cuts,
             socket,
             over,
             _dir: dir,
@@ -74,20 +87,22 @@ impl Drop for Proxy {
 async fn serve(
     mut listener: UnixListener,
     socket: PathBuf,
-    down: Duration,
+    down: Option<Duration>,
     over: watch::Sender<u64>,
+    cuts: Cuts,
 ) {
     let (cut_tx, _) = watch::channel(0u64);
     let cut_tx = Arc::new(cut_tx);
     let (outage_tx, mut outage_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut done = false;
+    let mut done = down.is_none();
+    let down = down.unwrap_or_default();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 let cut = cut_tx.subscribe();
                 let outage = (!done).then(|| outage_tx.clone());
-                tokio::spawn(relay(client, cut, outage));
+                tokio::spawn(relay(client, cut, outage, cuts.clone()));
             }
             Some(()) = outage_rx.recv() => {
                 if done {
@@ -109,16 +124,21 @@ async fn serve(
 
 /// Copies both ways between a client and the engine; the first removal of
 /// a container seen from the client starts the outage instead of passing.
+/// Once an exec start has gone up, the bytes of its stream coming down are
+/// counted, and the connection is dropped where the next cut says.
 async fn relay(
     mut client: UnixStream,
     mut cut: watch::Receiver<u64>,
     outage: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+    cuts: Cuts,
 ) {
     let Ok(mut engine) = UnixStream::connect(engine_socket()).await else {
         return;
     };
     let (mut from_client, mut to_client) = client.split();
     let (mut from_engine, mut to_engine) = engine.split();
+    let exec_started = std::sync::atomic::AtomicBool::new(false);
+    let dropped = tokio::sync::Notify::new();
     let upstream = async {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -134,18 +154,42 @@ async fn relay(
                     std::future::pending::<()>().await;
                 }
             }
+            if chunk.starts_with(b"POST ") && contains(chunk, b"/exec/") && contains(chunk, b"/start") {
+                exec_started.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             to_engine.write_all(chunk).await?;
         }
     };
     // An exec's attached stream ends with the engine closing its side:
     // the client must see that end too.
     let downstream = async {
-        tokio::io::copy(&mut from_engine, &mut to_client).await?;
-        to_client.shutdown().await
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut streamed = 0u64;
+        loop {
+            let n = from_engine.read(&mut buf).await?;
+            if n == 0 {
+                return to_client.shutdown().await;
+            }
+            let mut chunk = &buf[..n];
+            if exec_started.load(std::sync::atomic::Ordering::SeqCst) {
+                let at = cuts.lock().unwrap().front().copied();
+                if let Some(at) = at.filter(|at| streamed + n as u64 >= *at) {
+                    chunk = &chunk[..usize::try_from(at - streamed).unwrap_or(0).min(n)];
+                    to_client.write_all(chunk).await?;
+                    cuts.lock().unwrap().pop_front();
+                    // Dropped mid-stream: no end, no exit code.
+                    dropped.notify_one();
+                    return std::future::pending().await;
+                }
+                streamed += n as u64;
+            }
+            to_client.write_all(chunk).await?;
+        }
     };
     tokio::select! {
         _ = async { tokio::join!(upstream, downstream) } => {}
         _ = cut.changed() => {}
+        () = dropped.notified() => {}
     }
 }
 
@@ -187,7 +231,7 @@ async fn run(
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_outage_as_the_container_is_removed_is_ridden_out() {
-    let mut proxy = Proxy::start(Duration::from_secs(3)).await;
+    let mut proxy = Proxy::start(Some(Duration::from_secs(3))).await;
     let executor = executor_through(&proxy, common::options()).await;
     let probe = direct().await;
     let fx = Fixture::new("engine-outage");
@@ -204,7 +248,7 @@ async fn an_engine_outage_as_the_container_is_removed_is_ridden_out() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_outage_past_the_reconnect_timeout_leaves_the_container_to_the_journal() {
-    let mut proxy = Proxy::start(Duration::from_secs(6)).await;
+    let mut proxy = Proxy::start(Some(Duration::from_secs(6))).await;
     let options = DockerOptions {
         reconnect_timeout: Duration::from_secs(1),
         ..common::options()
@@ -232,4 +276,45 @@ async fn an_engine_outage_past_the_reconnect_timeout_leaves_the_container_to_the
     assert_eq!(swept.len(), 1);
     assert!(journal.entries("docker", &fx.runner).unwrap().is_empty());
     assert_nothing_left(&probe, &fx.runner).await;
+}
+
+/// The executor through a proxy that cuts exec streams, as a conformance
+/// backend; leftovers are probed directly.
+struct Cutting {
+    executor: DockerExecutor,
+    probe: Docker,
+    proxy: Proxy,
+}
+
+#[async_trait::async_trait]
+impl executor_conformance::Backend for Cutting {
+    fn executor(&self) -> &dyn executor_core::Executor {
+        &self.executor
+    }
+    fn image(&self) -> Option<String> {
+        Some(common::image())
+    }
+    async fn leftovers(&self, runner: &str) -> Vec<String> {
+        self.probe.leftovers(runner).await
+    }
+    async fn cut_streams_after(&self, bytes: &[u64]) -> bool {
+        self.proxy.cuts.lock().unwrap().extend(bytes.iter().copied());
+        true
+    }
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_cut_twice_keeps_every_byte_and_its_code() {
+    let proxy = Proxy::start(None).await;
+    let executor = executor_through(&proxy, common::options()).await;
+    let backend = Cutting {
+        executor,
+        probe: direct().await,
+        proxy,
+    };
+    executor_conformance::a_step_cut_twice_keeps_every_byte_and_its_code(&backend).await;
 }

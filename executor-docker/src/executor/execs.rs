@@ -133,6 +133,11 @@ impl DockerExecutor {
     }
 }
 
+/// The exit code Docker records for an exec whose attached client went
+/// away (it kills the exec's process), whatever the process would have
+/// exited with.
+const ENGINE_LOST_CLIENT: i64 = 126;
+
 /// A step's execs in its container, for the step protocol: as the step's
 /// user, in its folder, with its variables.
 pub(super) struct StepChannel<'a> {
@@ -193,6 +198,14 @@ impl StepExec for StepChannel<'_> {
             return Ok(ExecEnd::Cut(format!("output broke off: {why}")));
         }
         Ok(match self.executor.settled(&exec_id).await {
+            // An attached stream whose connection was dropped ends as a
+            // normal one does, and the engine then kills the exec and
+            // records 126 for it. A step may exit 126 itself: its status
+            // file says which, so 126 is followed like a cut (two execs
+            // more, only for this code).
+            Ok(state) if state.exit_code == Some(ENGINE_LOST_CLIENT) => ExecEnd::Cut(format!(
+                "the engine reported exit {ENGINE_LOST_CLIENT}, as it does for an exec whose client went away"
+            )),
             Ok(state) => match state.exit_code {
                 Some(code) => ExecEnd::Exited(i32::try_from(code).unwrap_or(i32::MAX)),
                 None => ExecEnd::Cut("the engine reported no exit code".into()),

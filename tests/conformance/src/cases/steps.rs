@@ -34,6 +34,8 @@ pub async fn exit_codes_propagate(backend: &dyn Backend) {
         ("exit 0", 0),
         ("exit 1", 1),
         ("exit 42", 42),
+        // What Docker records for an exec whose client went away.
+        ("exit 126", 126),
         ("no-such-command-anywhere", 127),
     ] {
         let fx = Fixture::new("exitcode");
