@@ -7,6 +7,16 @@
 #
 # IMAGE must be pullable by the cluster; NAMESPACE defaults to the context's;
 # RUNNER_CLI is the runner-cli to use (default: built from this checkout).
+#
+# OUTAGE_CMD, if set, adds the outage check: a second run whose step ticks
+# for a minute; once it has ticked ten times, OUTAGE_CMD takes the API
+# server down and back (it must return once the server is back), e.g.
+#
+#   OUTAGE_CMD='ssh cp sudo systemctl restart kube-apiserver'
+#   OUTAGE_CMD='docker restart kind-control-plane'
+#
+# The step must still end with its own exit code (5), every tick must be
+# in the log once, in order, and nothing may be left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,6 +90,42 @@ if [ -n "$left" ]; then
   echo "left behind:"; echo "$left"; exit 1
 fi
 echo "none"
+
+if [ -n "${OUTAGE_CMD:-}" ]; then
+  echo "== outage check: $OUTAGE_CMD mid-step"
+  ONAME="$NAME-outage"
+  mkdir -p "$OUT/ocheckout"
+  printf 'tick\ti=0; while [ $i -lt 60 ]; do echo "tick $i"; sleep 1; i=$((i+1)); done; exit 5\n' > "$OUT/osteps.tsv"
+  set +e
+  ${RUNNER_CLI:-cargo run -q -p runner-cli --} run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
+    --name "$ONAME" --runner "$RUNNER" --workdir "$OUT/ocheckout" --steps-file "$OUT/osteps.tsv" \
+    --outputs "$OUT/ooutputs" --result "$OUT/oresult.json" --log "$OUT/olog.txt" \
+    --timeout 30m --pod-timeout 15m &
+  runner=$!
+  # The log file is the only sign of progress the script has.
+  for _ in $(seq 600); do grep -q '^tick 10$' "$OUT/olog.txt" 2>/dev/null && break; sleep 1; done
+  grep -q '^tick 10$' "$OUT/olog.txt" || { echo "the step never ticked ten times"; cat "$OUT/olog.txt"; kill "$runner"; exit 1; }
+  sh -c "$OUTAGE_CMD"
+  wait "$runner"
+  ocode=$?
+  set -e
+  echo "== runner-cli exited $ocode"
+  cat "$OUT/olog.txt"
+  python3 - "$OUT/oresult.json" "$OUT/olog.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+step = r["steps"][0]
+assert step["exitCode"] == 5 and step["status"] == "failed", step
+ticks = [l for l in open(sys.argv[2]).read().splitlines() if l.startswith("tick ")]
+assert ticks == ["tick %d" % i for i in range(60)], ticks
+print("outage ridden out: exit 5 kept,", len(ticks), "ticks once each, in order")
+PY
+  left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "dev.knotless.run=$ONAME" -o name)"
+  if [ -n "$left" ]; then
+    echo "left behind after the outage:"; echo "$left"; exit 1
+  fi
+  echo "nothing left after the outage"
+fi
 
 echo "== nodes after the run"
 nodes

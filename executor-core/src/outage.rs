@@ -3,7 +3,51 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{ExecutorError, FailureKind};
+use crate::{ExecutorError, FailureKind, RunLog};
+
+tokio::task_local! {
+    /// The run log of the run this task drives, for [`ride_out`] to say
+    /// that it waits.
+    static NOTICES: RunLog;
+}
+
+/// Runs `work` with `log` as the log [`ride_out`] tells when it waits for
+/// an engine that does not answer, and when it answers again: the run's
+/// log then says why a run stands still, not only the runner's tracing.
+/// [`crate::run_with`] does this for the whole run.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use executor_core::{outage, ExecutorError, RunLog};
+/// let (log, text) = RunLog::memory();
+/// let mut tries = 0;
+/// let answer = outage::telling(log.clone(), outage::ride_out("listing pods", Duration::from_secs(5), || {
+///     tries += 1;
+///     let now = tries;
+///     async move {
+///         if now < 2 {
+///             Err(ExecutorError::unreachable("listing pods", "connection refused"))
+///         } else {
+///             Ok(())
+///         }
+///     }
+/// }))
+/// .await;
+/// assert!(answer.is_ok());
+/// log.flush(Duration::from_secs(5)).await;
+/// assert!(text.text().contains("waiting up to 5s"), "{}", text.text());
+/// # }
+/// ```
+pub async fn telling<F: Future>(log: RunLog, work: F) -> F::Output {
+    NOTICES.scope(log, work).await
+}
+
+/// Says `text` in the run log of [`telling`], if there is one.
+fn notice(text: &str) {
+    let _ = NOTICES.try_with(|log| log.line(text));
+}
 
 /// The longest pause between two tries.
 const MAX_PAUSE: Duration = Duration::from_secs(5);
@@ -55,12 +99,17 @@ where
             Ok(v) => {
                 if tries > 1 {
                     tracing::warn!(what, tries, "the engine answered again");
+                    notice(&format!("answered again while {what}, after {tries} tries"));
                 }
                 return Ok(v);
             }
             Err(err) if err.kind() == FailureKind::Unreachable => {
                 if tries == 1 {
                     tracing::warn!(what, %err, within_s = within.as_secs(), "the engine did not answer; trying again");
+                    notice(&format!(
+                        "no answer while {what} ({err}); waiting up to {}s for it to answer again",
+                        within.as_secs()
+                    ));
                 }
                 if !backoff.pause().await {
                     return Err(err);

@@ -154,7 +154,10 @@ async fn relay(
                     std::future::pending::<()>().await;
                 }
             }
-            if chunk.starts_with(b"POST ") && contains(chunk, b"/exec/") && contains(chunk, b"/start") {
+            if chunk.starts_with(b"POST ")
+                && contains(chunk, b"/exec/")
+                && contains(chunk, b"/start")
+            {
                 exec_started.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             to_engine.write_all(chunk).await?;
@@ -298,7 +301,11 @@ impl executor_conformance::Backend for Cutting {
         self.probe.leftovers(runner).await
     }
     async fn cut_streams_after(&self, bytes: &[u64]) -> bool {
-        self.proxy.cuts.lock().unwrap().extend(bytes.iter().copied());
+        self.proxy
+            .cuts
+            .lock()
+            .unwrap()
+            .extend(bytes.iter().copied());
         true
     }
 }

@@ -8,9 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::K8s;
-use executor_conformance::fixture::{assert_nothing_left, run_to_end, Fixture};
+use executor_conformance::fixture::{
+    assert_nothing_left, run_to_end, run_watched, Fixture, WatchedLog,
+};
 use executor_core::journal::Journal;
-use executor_core::{run_with, DriverOptions, RunLog, RunStatus, Step};
+use executor_core::{run_with, DriverOptions, RunLog, RunStatus, Step, StepStatus};
 use executor_k8s::K8sOptions;
 use kube_testcluster::ClusterOptions;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +45,56 @@ async fn an_outage_as_the_job_is_deleted_is_ridden_out_and_leaves_nothing() {
         .step(Step::new("work", "echo done-before-the-outage"));
     let (result, log) = run_to_end(&backend, &spec).await;
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    // The run's log says why it stood still, and that it went on.
+    let text = log.text();
+    assert!(text.contains("no answer while deleting"), "{text}");
+    assert!(text.contains("answered again while deleting"), "{text}");
+    outages_over(&backend, 1).await;
+    assert_nothing_left(&backend, &fx.runner).await;
+    backend.cluster.shutdown().await;
+}
+
+/// The API server goes down mid-step, for longer than the step has left
+/// to run: the step's stream is cut, the step ends while nothing
+/// answers, and the run's end (the status, the outputs, the Job's
+/// delete) waits for the server. The step keeps its own code and every
+/// line, and nothing is left.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_spanning_a_steps_end_and_the_teardown_leaves_the_run_right() {
+    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    let fx = Fixture::new("outage-step");
+    let spec = fx.spec(&backend, "outage-step").step(Step::new(
+        "work",
+        "echo before; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo after; \
+         echo made > \"$OUTPUTS_DIR/made.txt\"; exit 6",
+    ));
+    let log = WatchedLog::default();
+    let outage = async {
+        log.wait_for("before").await;
+        backend.cluster.outage_now(Duration::from_secs(4));
+        // The step goes on without the API server: let it end in the
+        // outage, through the engine under the test cluster's kubelet.
+        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
+        backend
+            .cluster
+            .exec_in_pod(&ns, &pod, &["touch", "/tmp/go"])
+            .await;
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        outage
+    );
+    let text = log.text();
+    assert_eq!(result.steps[0].exit_code, Some(6), "{text}");
+    assert_eq!(result.steps[0].status, StepStatus::Failed, "{text}");
+    assert_eq!(text.matches("before\n").count(), 1, "{text}");
+    assert_eq!(text.matches("after\n").count(), 1, "{text}");
+    assert!(text.contains("the step's stream broke"), "{text}");
+    assert!(fx.outputs().join("made.txt").exists(), "{text}");
     outages_over(&backend, 1).await;
     assert_nothing_left(&backend, &fx.runner).await;
     backend.cluster.shutdown().await;

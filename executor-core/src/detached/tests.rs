@@ -368,10 +368,19 @@ async fn an_interrupt_after_a_cut_kills_the_step() {
         let (end, ()) = tokio::join!(stepping, cancelling);
         assert_eq!(end.ok(), Some(StepEnd::Interrupted), "{shell:?}");
         let pid = std::fs::read_to_string(&marker).unwrap_or_default();
-        let alive = Path::new(&format!("/proc/{}", pid.trim())).exists()
-            && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
-                .unwrap_or_default()
-                .contains(") Z ");
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .is_ok_and(|stat| !stat.contains(") Z "))
+        };
+        // SIGKILL is delivered when the process is next scheduled: wait
+        // for it to be dead, with a deadline.
+        let gone = tokio::time::timeout(Duration::from_secs(10), async {
+            while running() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let alive = gone.is_err();
         assert!(!alive, "{shell:?}: the step's child {pid} still runs");
     }
 }

@@ -113,6 +113,17 @@ pub async fn run_with(
     cancel: CancellationToken,
     options: &DriverOptions,
 ) -> RunResult {
+    // Every call that waits out an outage says so in this run's log.
+    crate::outage::telling(log.clone(), drive(executor, spec, log, cancel, options)).await
+}
+
+async fn drive(
+    executor: &dyn Executor,
+    spec: &RunSpec,
+    log: &RunLog,
+    cancel: CancellationToken,
+    options: &DriverOptions,
+) -> RunResult {
     let started_at = OffsetDateTime::now_utc();
     // Before anything is printed: every line of the run is masked.
     log.mask(&spec.masker());

@@ -249,6 +249,15 @@ impl TestCluster {
             .compact_history(self.shared.store.resource_version());
     }
 
+    /// Takes the API server down now, for `down`, as
+    /// [`Faults::outage_on`] does when its request comes: new connections
+    /// are refused, every open connection and exec stream is cut, and
+    /// the same address listens again after `down`
+    /// ([`Faults::outages_over`] moves then).
+    pub fn outage_now(&self, down: std::time::Duration) {
+        let _ = self.shared.outages.send(down);
+    }
+
     /// Faults to inject from now on.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
