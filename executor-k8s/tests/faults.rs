@@ -266,14 +266,8 @@ async fn a_cut_step_whose_supervisor_is_gone_is_a_lost_status_never_success() {
     // OOM kill of it would): no status will ever come.
     let kill = async {
         log.wait_for("the step's stream broke").await;
-        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
         backend
-            .cluster
-            .exec_in_pod(
-                &ns,
-                &pod,
-                &["sh", "-c", "kill -9 $(cat /.knotless/stepio-*.pid)"],
-            )
+            .in_the_pod(&["sh", "-c", "kill -9 $(cat /.knotless/stepio-*.pid)"])
             .await;
     };
     let (err, ()) = tokio::join!(stepping, kill);
@@ -317,11 +311,7 @@ async fn a_silent_step_cut_by_an_idle_front_is_followed_to_its_end() {
     let release = async {
         // The step's exec and the first follow of it were both cut idle.
         log.wait_for("(cut 2)").await;
-        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
-        backend
-            .cluster
-            .exec_in_pod(&ns, &pod, &["touch", "/tmp/go"])
-            .await;
+        backend.in_the_pod(&["touch", "/tmp/go"]).await;
     };
     let (result, ()) = tokio::join!(
         run_watched(&backend, &spec, &log, CancellationToken::new()),
@@ -375,11 +365,7 @@ async fn a_long_silent_step_survives_an_idle_connection_timeout() {
         tokio::time::timeout(executor_conformance::fixture::PATIENCE, pinged)
             .await
             .expect("the silent exec was never pinged three times");
-        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
-        backend
-            .cluster
-            .exec_in_pod(&ns, &pod, &["touch", "/tmp/go"])
-            .await;
+        backend.in_the_pod(&["touch", "/tmp/go"]).await;
     };
     let (result, ()) = tokio::join!(
         run_watched(&backend, &spec, &log, CancellationToken::new()),

@@ -78,11 +78,7 @@ async fn an_outage_spanning_a_steps_end_and_the_teardown_leaves_the_run_right() 
         backend.cluster.outage_now(Duration::from_secs(4));
         // The step goes on without the API server: let it end in the
         // outage, through the engine under the test cluster's kubelet.
-        let (ns, pod) = backend.cluster.all_pods().pop().unwrap();
-        backend
-            .cluster
-            .exec_in_pod(&ns, &pod, &["touch", "/tmp/go"])
-            .await;
+        backend.in_the_pod(&["touch", "/tmp/go"]).await;
     };
     let (result, ()) = tokio::join!(
         run_watched(&backend, &spec, &log, CancellationToken::new()),

@@ -157,6 +157,28 @@ const FOLLOW_NOW: Follow = Follow {
     reconnect: Duration::from_secs(5),
 };
 
+/// A fresh state folder and the files of step `t` in it.
+fn state() -> (tempfile::TempDir, StepFiles) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let files = StepFiles::new(&dir.path().display().to_string(), "t");
+    (dir, files)
+}
+
+/// Runs the step `start` starts through `exec` to its end.
+async fn to_end(exec: &HostExec, files: &StepFiles, start: &[String]) -> StepEnd {
+    let (log, _) = RunLog::memory();
+    run_step(
+        exec,
+        files,
+        start,
+        &log,
+        &CancellationToken::new(),
+        FOLLOW_NOW,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A step that writes 3000 numbered lines to stdout, one to stderr, and
 /// exits 7.
 const NUMBERED: &str =
@@ -256,8 +278,7 @@ async fn a_step_cut_twice_ends_with_its_code_and_every_line_once() {
 #[tokio::test]
 async fn a_second_start_of_a_step_follows_the_first_instead_of_running_it_again() {
     for shell in shells() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        let (dir, files) = state();
         let count = dir.path().join("runs");
         let script = format!("echo ran >> {}; echo hello; exit 3", count.display());
         let start = files.start_argv("", Script::Inline(&script));
@@ -279,22 +300,11 @@ async fn a_second_start_of_a_step_follows_the_first_instead_of_running_it_again(
 #[tokio::test]
 async fn a_supervisor_gone_without_a_status_is_lost_not_a_success() {
     for shell in shells() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        let (_dir, files) = state();
         // The step kills its own supervisor (its parent), then goes on.
         let start = files.start_argv("", Script::Inline("echo up; kill -9 $PPID; echo after"));
         let exec = HostExec::new(&shell, &[Some(3)]);
-        let (log, _) = RunLog::memory();
-        let end = run_step(
-            &exec,
-            &files,
-            &start,
-            &log,
-            &CancellationToken::new(),
-            FOLLOW_NOW,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let end = to_end(&exec, &files, &start).await;
         assert!(matches!(end, StepEnd::Lost(_)), "{shell:?}: {end:?}");
     }
 }
@@ -302,25 +312,14 @@ async fn a_supervisor_gone_without_a_status_is_lost_not_a_success() {
 #[tokio::test]
 async fn a_forged_status_is_lost_not_a_code() {
     for shell in shells() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        let (dir, files) = state();
         // The step's own status file, written by the step after the runner
         // reads it would be too late; an impossible one as it ends is not.
         let status = format!("{}/stepio-t.status", dir.path().display());
         let script = format!("echo hi; trap 'echo -1 > {status}' EXIT");
         let start = files.start_argv("", Script::Inline(&script));
         let exec = HostExec::new(&shell, &[Some(1)]);
-        let (log, _) = RunLog::memory();
-        let end = run_step(
-            &exec,
-            &files,
-            &start,
-            &log,
-            &CancellationToken::new(),
-            FOLLOW_NOW,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let end = to_end(&exec, &files, &start).await;
         // The supervisor writes the real status after the step's trap, so
         // what is read is the step's own code: 0.
         assert_eq!(end, StepEnd::Exited(0), "{shell:?}");
@@ -341,8 +340,7 @@ async fn status_of(shell: &[&str], files: &StepFiles) -> StepEnd {
 #[tokio::test]
 async fn an_interrupt_after_a_cut_kills_the_step() {
     for shell in shells() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let files = StepFiles::new(&dir.path().display().to_string(), "t");
+        let (dir, files) = state();
         let marker = dir.path().join("child");
         // The step's child records its pid, then both wait for ever.
         let script = format!("sleep 1000 & echo $! > {}; echo up; wait", marker.display());

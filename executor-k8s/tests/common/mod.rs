@@ -60,6 +60,19 @@ impl K8s {
     }
 }
 
+impl K8s {
+    /// Runs `argv` in the run's pod straight through the engine under the
+    /// test cluster's kubelet, not the API server: it works in an outage.
+    pub async fn in_the_pod(&self, argv: &[&str]) {
+        let (ns, pod) = self
+            .cluster
+            .all_pods()
+            .pop()
+            .unwrap_or_else(|| panic!("no pod to run {argv:?} in"));
+        self.cluster.exec_in_pod(&ns, &pod, argv).await;
+    }
+}
+
 #[async_trait::async_trait]
 impl Backend for K8s {
     fn executor(&self) -> &dyn Executor {
