@@ -42,7 +42,7 @@ use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::OutputStream;
-use crate::script::{quote, Script};
+use crate::script::Script;
 use crate::{ExecutorError, FailureKind, RunLog};
 
 /// The files of one step in the environment's state folder, all named
@@ -76,26 +76,56 @@ const MAX_IDLE_CUTS: u32 = 10;
 /// loop of failing reconnects.
 const LASTED: Duration = Duration::from_secs(2);
 
+/// The size of one piece of a stream's record.
+pub const CHUNK: u64 = 1 << 20;
+
+/// How many pieces of each stream are kept at least: 64 MiB. The oldest
+/// go sixteen at a time, so at most 80 are on disk.
+pub const KEPT_CHUNKS: u64 = 64;
+
 /// The start of a step. `$0` is the files' prefix, `$1` the script (or its
-/// file). The step has ended when its shell has: its status is written
-/// once the `tee`s have all it wrote, unless a process it left behind
-/// still holds its output (`sleep 600 &`), when it is written at once, as
-/// an engine ends an exec whose own process ended. A second start of the same step (an exec whose upgrade answer
-/// was lost, tried again) finds the pipes made and follows the first
-/// instead of running the step twice.
+/// file).
+///
+/// The step writes into two pipes; a `tee` on each sends its stream on
+/// to the exec and into a recorder, which writes it in pieces of
+/// [`CHUNK`] bytes, `PREFIX.out.N` and `PREFIX.err.N` (N from 0), and
+/// removes the oldest so that the last 64 to 80 MiB of each stream are
+/// kept. Pieces soon removed seldom reach the disk at all, so a loud
+/// step is not held to the disk's speed.
+///
+/// The step has ended when its shell has: its status is written once the
+/// recorders have all it wrote, unless a process it left behind still
+/// holds its output (`sleep 600 &`), when it is written at once, as an
+/// engine ends an exec whose own process ended. A second start of the
+/// same step (an exec whose upgrade answer was lost, tried again) finds
+/// the pipes made and follows the first instead of running the step
+/// twice.
 const START: &str = r#"d=$0
 old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
-[ -z "$old" ] || rm -f $old
-if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
+if ! mkfifo "$d.o" "$d.e" "$d.O" "$d.E" 2>/dev/null; then
   [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&2; exit 125; }
   FOLLOW
   s=$(cat "$d.status" 2>/dev/null)
   case "$s" in ''|*[!0-9]*) exit 125;; esac
   exit "$s"
 fi
+record() {
+  i=0
+  while :; do
+    dd bs=1048576 count=1 iflag=fullblock of="$d.$1.$i" 2>/dev/null
+    [ -s "$d.$1.$i" ] || return 0
+    if [ "$i" -ge 79 ] && [ $((i % 16)) = 15 ]; then
+      l=; j=$((i - 79)); while [ "$j" -le $((i - 64)) ]; do l="$l $d.$1.$j"; j=$((j + 1)); done; rm -f $l
+    fi
+    i=$((i + 1))
+  done
+}
 (
-  (trap '' PIPE; exec tee -a "$d.out" 2>/dev/null) < "$d.o" &
-  (trap '' PIPE; exec tee -a "$d.err" 2>/dev/null) < "$d.e" >&2 &
+  [ -z "$old" ] || rm -f $old &
+  record out < "$d.O" &
+  record err < "$d.E" &
+  (trap '' PIPE; exec tee -a "$d.O" 2>/dev/null) < "$d.o" &
+  (trap '' PIPE; exec tee -a "$d.E" 2>/dev/null) < "$d.e" >&2 &
   ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null &
   wait $!; s=$?
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
@@ -106,23 +136,52 @@ fi
 echo $! > "$d.pid"
 wait $!"#;
 
-/// Sends the output files on from offsets `o` and `e` until the status
-/// file is there (its writer waited for both files to be complete), then
-/// exits 0; exits [`FOLLOW_LOST`] when the supervisor is gone without one.
+/// Sends the recorded streams on from offsets `o` and `e` until the
+/// status file is there (its writer waited for the recorders), then exits
+/// 0. Exits [`FOLLOW_LOST`] when the supervisor is gone without a status;
+/// [`FOLLOW_GAP_STDOUT`] or [`FOLLOW_GAP_STDERR`] when the next bytes of
+/// that stream are no longer kept (it has sent everything before them);
+/// [`FOLLOW_AGAIN`] when a piece was removed while it was being sent, so
+/// what was sent of it is for the runner's count to say.
 /// There is no portable way to wait for a file to grow, so it looks again
 /// every 200 ms (a second where `sleep` takes whole seconds only): this
 /// runs only after a stream broke.
-const FOLLOW: &str = r#"size() { if [ -e "$1" ]; then echo $(($(wc -c < "$1"))); else echo 0; fi; }
+const FOLLOW: &str = r#"C=1048576
+size() { n=$(wc -c < "$1" 2>/dev/null) && echo $((n)) || echo -1; }
+send() {
+  while :; do
+    k=$((x / C)); f="$d.$1.$k"; n=$(size "$f")
+    if [ "$n" -lt 0 ]; then
+      for g in "$d.$1".[0-9]*; do [ -e "$g" ] && [ "${g##*.}" -gt "$k" ] 2>/dev/null && exit "$2"; done
+      return 0
+    fi
+    r=$((x - k * C))
+    if [ "$n" -gt "$r" ]; then
+      tail -c +$((r + 1)) "$f" 2>/dev/null | head -c $((n - r))
+      [ -e "$f" ] || exit 6
+      x=$((k * C + n))
+    fi
+    [ "$n" -ge "$C" ] || return 0
+  done
+}
 while :; do
   if [ -s "$d.status" ]; then last=1; else last=; fi
-  n=$(size "$d.out"); if [ "$n" -gt "$o" ]; then tail -c +$((o + 1)) "$d.out" | head -c $((n - o)); o=$n; fi
-  n=$(size "$d.err"); if [ "$n" -gt "$e" ]; then tail -c +$((e + 1)) "$d.err" | head -c $((n - e)) >&2; e=$n; fi
+  x=$o; send out 4; o=$x
+  x=$e; send err 5 >&2; e=$x
   [ -n "$last" ] && break
   p=$(cat "$d.pid" 2>/dev/null)
   case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || exit 3; continue;; esac
   kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || exit 3
   sleep 0.2 2>/dev/null || sleep 1
 done"#;
+
+/// The exit status of the follow when the next bytes of stdout are no
+/// longer kept.
+pub const FOLLOW_GAP_STDOUT: i32 = 4;
+/// As [`FOLLOW_GAP_STDOUT`], for stderr.
+pub const FOLLOW_GAP_STDERR: i32 = 5;
+/// The exit status of the follow when a piece went while it was sent.
+pub const FOLLOW_AGAIN: i32 = 6;
 
 impl StepFiles {
     /// The files of the step `id` (unique within the run) in `state_dir`.
@@ -175,6 +234,21 @@ impl StepFiles {
         ]
     }
 
+    /// The argv that prints the index of the oldest piece of `stream`
+    /// still kept (nothing when there is none).
+    pub fn oldest_argv(&self, stream: OutputStream) -> Vec<String> {
+        let name = match stream {
+            OutputStream::Stdout => "out",
+            OutputStream::Stderr => "err",
+        };
+        vec![
+            "sh".into(),
+            "-c".into(),
+            r#"m=; for g in "$0".[0-9]*; do [ -e "$g" ] || continue; i=${g##*.}; case "$i" in *[!0-9]*) continue;; esac; if [ -z "$m" ] || [ "$i" -lt "$m" ]; then m=$i; fi; done; echo "$m""#.into(),
+            format!("{}.{name}", self.prefix),
+        ]
+    }
+
     /// The argv that prints the step's status file.
     pub fn status_argv(&self) -> Vec<String> {
         vec!["cat".into(), format!("{}.status", self.prefix)]
@@ -184,12 +258,6 @@ impl StepFiles {
     /// process under it.
     pub fn kill_script(&self) -> String {
         crate::script::kill_tree(&self.pid_file())
-    }
-
-    /// The step's files, for a command that removes them (`rm -f` of these).
-    pub fn remove_script(&self) -> String {
-        let p = quote(&self.prefix);
-        format!("rm -f {p}.o {p}.e {p}.out {p}.err {p}.status {p}.pid")
     }
 }
 
@@ -288,7 +356,7 @@ pub async fn run_step(
     let mut out = Counted::new(log.writer_for(OutputStream::Stdout));
     let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
     let first = exec.exec(start, &mut out, &mut err, interrupt).await?;
-    let mut why = match first {
+    let why = match first {
         ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),
         ExecEnd::Interrupted => return killed(exec, files).await,
         ExecEnd::Cut(why) => why,
@@ -297,20 +365,26 @@ pub async fn run_step(
     let mut idle_cuts = 0u32;
     let mut last = Offsets::default();
     let mut lasted = false;
+    // Bytes of each stream no longer kept when they were asked for: the
+    // log has said how many; the offsets go on past them.
+    let mut skipped = Offsets::default();
+    let mut why = Some(why);
     loop {
-        cuts = cuts.saturating_add(1);
         let from = Offsets {
-            stdout: out.count,
-            stderr: err.count,
+            stdout: out.count.saturating_add(skipped.stdout),
+            stderr: err.count.saturating_add(skipped.stderr),
         };
-        log.line(&format!(
-            "the step's stream broke ({why}); following it on from byte {} of stdout and {} of stderr (cut {cuts})",
-            from.stdout, from.stderr
-        ));
-        tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
-        // A stream that breaks again and again at once, with nothing new
+        if let Some(why) = &why {
+            cuts = cuts.saturating_add(1);
+            log.line(&format!(
+                "the step's stream broke ({why}); following it on from byte {} of stdout and {} of stderr (cut {cuts})",
+                from.stdout, from.stderr
+            ));
+            tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
+        }
+        // A follow that ends again and again at once, with nothing new
         // through it, is not an outage that ends; one that brings output,
-        // or lasted (a front that drops silent connections), is followed on.
+        // or lasted (a front that drops silent connections), goes on.
         idle_cuts = if from == last && !lasted {
             idle_cuts.saturating_add(1)
         } else {
@@ -320,7 +394,9 @@ pub async fn run_step(
         if idle_cuts > MAX_IDLE_CUTS {
             return Err(ExecutorError::LostExitStatus {
                 what: "following the step".into(),
-                detail: format!("its stream broke {cuts} times, the last {idle_cuts} with nothing through: {why}"),
+                detail: format!(
+                    "it ended {idle_cuts} times in a row with nothing through, after {cuts} cuts"
+                ),
             });
         }
         let argv = files.follow_argv(from);
@@ -335,6 +411,8 @@ pub async fn run_step(
             interrupt,
         )
         .await?;
+        lasted = opened.elapsed() >= LASTED;
+        why = None;
         match ended {
             ExecEnd::Exited(0) => return status(exec, files, follow, log, interrupt).await,
             ExecEnd::Exited(FOLLOW_LOST) => {
@@ -342,18 +420,85 @@ pub async fn run_step(
                     "the step's supervisor ended without writing a status".into(),
                 ))
             }
+            ExecEnd::Exited(code @ (FOLLOW_GAP_STDOUT | FOLLOW_GAP_STDERR)) => {
+                let (stream, name, at) = if code == FOLLOW_GAP_STDOUT {
+                    (
+                        OutputStream::Stdout,
+                        "stdout",
+                        from_now(&out, skipped.stdout),
+                    )
+                } else {
+                    (
+                        OutputStream::Stderr,
+                        "stderr",
+                        from_now(&err, skipped.stderr),
+                    )
+                };
+                let lost = gap(exec, files, stream, at, follow, log, interrupt).await?;
+                if lost > 0 {
+                    log.line(&format!(
+                        "{lost} bytes of the step's {name} from byte {at} were no longer kept in the environment (it keeps the last {} MiB of each stream) and are not in this log",
+                        (KEPT_CHUNKS * CHUNK) >> 20
+                    ));
+                    match stream {
+                        OutputStream::Stdout => {
+                            skipped.stdout = skipped.stdout.saturating_add(lost)
+                        }
+                        OutputStream::Stderr => {
+                            skipped.stderr = skipped.stderr.saturating_add(lost)
+                        }
+                    }
+                }
+            }
+            // A piece went while it was sent: the count says how much came.
+            ExecEnd::Exited(FOLLOW_AGAIN) => {}
             ExecEnd::Exited(code) => {
                 return Ok(StepEnd::Lost(format!(
                     "following the step's output failed with exit {code}"
                 )))
             }
             ExecEnd::Interrupted => return killed(exec, files).await,
-            ExecEnd::Cut(again) => {
-                why = again;
-                lasted = opened.elapsed() >= LASTED;
-            }
+            ExecEnd::Cut(again) => why = Some(again),
         }
     }
+}
+
+/// A stream's offset now: what came, and what was skipped.
+fn from_now<W>(counted: &Counted<W>, skipped: u64) -> u64 {
+    counted.count.saturating_add(skipped)
+}
+
+/// How many bytes of `stream` from `at` on are no longer kept: up to the
+/// oldest piece still there.
+#[allow(clippy::too_many_arguments)]
+async fn gap(
+    exec: &dyn StepExec,
+    files: &StepFiles,
+    stream: OutputStream,
+    at: u64,
+    follow: Follow,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+) -> Result<u64, ExecutorError> {
+    let mut said = crate::text::HeadBuffer::new(32);
+    let ended = reopened(
+        exec,
+        &files.oldest_argv(stream),
+        &mut said,
+        &mut tokio::io::sink(),
+        follow.reconnect,
+        log,
+        interrupt,
+    )
+    .await?;
+    if ended != ExecEnd::Exited(0) || said.dropped() > 0 {
+        return Ok(0);
+    }
+    // The index is in the step's reach: a number, or no gap.
+    let Some(oldest) = said.text().parse::<u64>().ok() else {
+        return Ok(0);
+    };
+    Ok(oldest.saturating_mul(CHUNK).saturating_sub(at))
 }
 
 /// Opens an exec again through an outage: tries while its start fails as

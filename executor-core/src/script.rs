@@ -163,12 +163,18 @@ fn file_name(script: &str) -> String {
 /// descendant, found through `/proc/*/stat`. The root is stopped first so
 /// it cannot fork while the tree is gathered.
 ///
+/// It writes nothing and ignores SIGPIPE: a process that ends while the
+/// tree is gathered is skipped without a word, and a kill whose own exec
+/// stream is cut goes on to the end (one that died half-way would leave
+/// the step stopped, not killed).
+///
 /// The pid file is in reach of the step, and the kill runs as root: a
 /// value that is not a plain pid above 1 (`-1` would signal every process,
 /// `1` the environment's keep-alive, `0` the kill's own group) is ignored.
 pub fn kill_tree(pid_file: &str) -> String {
     format!(
-        r#"root=$(cat {file} 2>/dev/null) || exit 0
+        r#"trap '' PIPE
+root=$(cat {file} 2>/dev/null) || exit 0
 case "$root" in ''|*[!0-9]*|0*) exit 0;; esac
 [ "$root" -gt 1 ] 2>/dev/null && [ "$root" != "$$" ] || exit 0
 kill -STOP "$root" 2>/dev/null || exit 0
@@ -176,7 +182,7 @@ all="$root"; frontier="$root"
 while [ -n "$frontier" ]; do
   next=""
   for stat in /proc/[0-9]*/stat; do
-    read -r line < "$stat" 2>/dev/null || continue
+    {{ read -r line < "$stat"; }} 2>/dev/null || continue
     rest=${{line##*) }}
     set -- $rest
     for p in $frontier; do
