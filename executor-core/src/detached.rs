@@ -87,11 +87,16 @@ pub const KEPT_CHUNKS: u64 = 64;
 /// file).
 ///
 /// The step writes into two pipes; a `tee` on each sends its stream on
-/// to the exec and into a recorder, which writes it in pieces of
+/// to the exec (through a `dd` that joins tee's small writes into reads
+/// of up to 64 KiB, so a loud step reaches the runner in large pieces,
+/// as it did when it wrote to the exec itself) and into a recorder, which writes it in pieces of
 /// [`CHUNK`] bytes, `PREFIX.out.N` and `PREFIX.err.N` (N from 0), and
 /// removes the oldest so that the last 64 to 80 MiB of each stream are
 /// kept. Pieces soon removed seldom reach the disk at all, so a loud
 /// step is not held to the disk's speed.
+///
+/// The supervisor's own output goes nowhere: only the `dd`s hold the
+/// exec's streams, so nothing else dies of a write to a stream that broke.
 ///
 /// The step has ended when its shell has: its status is written once the
 /// recorders have all it wrote, unless a process it left behind still
@@ -121,18 +126,18 @@ record() {
   done
 }
 (
-  [ -z "$old" ] || rm -f $old &
-  record out < "$d.O" &
-  record err < "$d.E" &
-  (trap '' PIPE; exec tee -a "$d.O" 2>/dev/null) < "$d.o" &
-  (trap '' PIPE; exec tee -a "$d.E" 2>/dev/null) < "$d.e" >&2 &
-  ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null &
+  [ -z "$old" ] || rm -f $old 3>&- 4>&- &
+  record out < "$d.O" 3>&- 4>&- &
+  record err < "$d.E" 3>&- 4>&- &
+  (trap '' PIPE; exec tee -a "$d.O") < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&- &
+  (trap '' PIPE; exec tee -a "$d.E") < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&- &
+  ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&- &
   wait $!; s=$?
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait
   echo "$s" > "$d.status"
   exit "$s"
-) &
+) 3>&1 4>&2 > /dev/null 2>&1 &
 echo $! > "$d.pid"
 wait $!"#;
 
