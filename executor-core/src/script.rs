@@ -1,7 +1,8 @@
-//! Shell snippets every container backend runs: the step wrapper that
-//! records the step's pid, and the kill of a step's process tree. Neither
-//! Docker nor Kubernetes has a call that kills an exec, so the runner finds
-//! the step's shell by the pid it wrote.
+//! Step scripts as files, and the shell snippets every container backend
+//! runs: quoting, and the kill of a step's process tree. Neither Docker
+//! nor Kubernetes has a call that kills an exec, so the runner finds the
+//! step's processes by the pid its supervisor wrote (see
+//! [`crate::detached`], which starts the step).
 
 /// Quotes a value for POSIX `sh`.
 ///
@@ -12,26 +13,7 @@ pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// The argv that runs `script` as `sh -ec <script>` after writing the
-/// shell's pid to `pid_file` and running `prelude` (for example exports).
-///
-/// The step's processes raise their own `oom_score_adj` to 1000 (raising
-/// needs no privilege), so when a step outgrows the memory limit the
-/// kernel kills the step, not the process that keeps the environment
-/// alive: the OOM killer can strike twice before the first victim's
-/// memory is freed, and its second pick among small processes was
-/// otherwise as likely the keep-alive as the step's own.
-///
-/// ```
-/// let argv = executor_core::script::step_argv("/.knotless/1.pid", "", "make");
-/// assert_eq!(argv[0], "sh");
-/// assert_eq!(argv.last().unwrap(), "make");
-/// ```
-pub fn step_argv(pid_file: &str, prelude: &str, script: &str) -> Vec<String> {
-    step_argv_from(pid_file, prelude, Script::Inline(script))
-}
-
-/// Where the step wrapper finds a step's script.
+/// Where a step's start finds its script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Script<'a> {
     /// In the command line itself: at most 128 KiB (the kernel's limit on
@@ -39,31 +21,6 @@ pub enum Script<'a> {
     Inline(&'a str),
     /// In a file in the environment ([`ScriptFiles`]), run as `sh -e FILE`.
     File(&'a str),
-}
-
-/// As [`step_argv`], with the script from `script`.
-///
-/// ```
-/// use executor_core::script::{step_argv_from, Script};
-/// let argv = step_argv_from("/.knotless/1.pid", "", Script::File("/.knotless/ab.sh"));
-/// assert!(argv[2].ends_with("exec sh -e \"$1\""));
-/// assert_eq!(argv.last().unwrap(), "/.knotless/ab.sh");
-/// ```
-pub fn step_argv_from(pid_file: &str, prelude: &str, script: Script<'_>) -> Vec<String> {
-    let (flags, arg) = match script {
-        Script::Inline(text) => ("-ec", text),
-        Script::File(path) => ("-e", path),
-    };
-    vec![
-        "sh".into(),
-        "-c".into(),
-        format!(
-            "{{ echo 1000 > /proc/self/oom_score_adj; }} 2>/dev/null || :; \
-             echo $$ > \"$0\" && {prelude}exec sh {flags} \"$1\""
-        ),
-        pid_file.into(),
-        arg.into(),
-    ]
 }
 
 /// The step scripts a run's environment holds as files, named by their

@@ -222,12 +222,22 @@ async fn run_numbered(
     shell: &[&str],
     cuts: &[Option<u64>],
 ) -> (StepEnd, String, usize, (String, String)) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let files = StepFiles::new(&dir.path().display().to_string(), "t");
+    run_script(shell, cuts, NUMBERED).await
+}
+
+/// Runs `script` as a step through an exec cut at `cuts`: how it ended,
+/// the log's text, how many execs it took, and its stdout and stderr as
+/// the log's events carried them.
+async fn run_script(
+    shell: &[&str],
+    cuts: &[Option<u64>],
+    script: &str,
+) -> (StepEnd, String, usize, (String, String)) {
+    let (_dir, files) = state();
     let exec = HostExec::new(shell, cuts);
     let (log, text) = RunLog::memory();
     let outputs = Outputs::attach(&log);
-    let start = files.start_argv("", Script::Inline(NUMBERED));
+    let start = files.start_argv("", Script::Inline(script));
     let end = run_step(
         &exec,
         &files,
@@ -238,7 +248,7 @@ async fn run_numbered(
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    log.flush(Duration::from_secs(10)).await;
+    log.flush(Duration::from_secs(30)).await;
     let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len();
     (end, text.text(), execs, outputs.get())
 }
@@ -393,28 +403,11 @@ async fn an_interrupt_after_a_cut_kills_the_step() {
 #[tokio::test]
 async fn bytes_no_longer_kept_are_counted_in_the_log_never_a_silent_gap() {
     for shell in shells() {
-        let (_dir, files) = state();
-        let script = "yes | head -c 104857600; echo last-line; exit 9";
-        let start = files.start_argv("", Script::Inline(script));
-        let exec = HostExec::new(&shell, &[Some(10)]);
-        let (log, text) = RunLog::memory();
-        let outputs = Outputs::attach(&log);
         // The first exec is cut after 10 bytes; the follow sends the
         // first piece, but the step writes faster than it is followed.
-        let end = run_step(
-            &exec,
-            &files,
-            &start,
-            &log,
-            &CancellationToken::new(),
-            FOLLOW_NOW,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-        log.flush(Duration::from_secs(30)).await;
-        let text = text.text();
+        let script = "yes | head -c 104857600; echo last-line; exit 9";
+        let (end, text, _, (out, _)) = run_script(&shell, &[Some(10)], script).await;
         assert_eq!(end, StepEnd::Exited(9), "{shell:?}");
-        let (out, _) = outputs.get();
         let total: u64 = 104857600 + "last-line\n".len() as u64;
         let told: Vec<&str> = text
             .lines()
