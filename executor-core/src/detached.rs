@@ -3,8 +3,9 @@
 //! A container backend starts each step with one exec. Inside the
 //! environment the exec's command is only the step's parent: a supervisor
 //! in the background runs the step with its output going through `tee`
-//! into files in the state folder (and on to the exec while it lasts),
-//! and writes the step's exit status to a file when it ends. An engine
+//! into a record in the state folder (the last 64 MiB of each stream, in
+//! pieces; see [`CHUNK`]) and on to the exec while it lasts, and writes
+//! the step's exit status to a file when it ends. An engine
 //! kills an exec's own process when its client goes away (Docker does,
 //! and containerd's CRI may); the supervisor, the step and its output are
 //! not that process, so they go on.
@@ -14,11 +15,12 @@
 //! [`run_step`] opens another exec that sends the output files on from the
 //! exact byte already received (on stdout and stderr apart), until the
 //! status file is there, then reads the status. Every byte reaches the log
-//! once, in order, and the exit code is the step's. A second cut, or a
-//! third, is followed the same way.
+//! once, in order, and the exit code is the step's; bytes no longer kept
+//! are counted in the log, never a silent gap. A second cut, or a third,
+//! is followed the same way.
 //!
-//! The scripts are POSIX `sh` with `mkfifo`, `tee`, `tail`, `head`, `wc`
-//! and `cat`: busybox and coreutils both have them. Everything in the
+//! The scripts are POSIX `sh` with `mkfifo`, `tee`, `dd`, `tail`, `head`,
+//! `wc` and `cat`: busybox and coreutils both have them. Everything in the
 //! state folder is in the step's reach, so the runner treats it as
 //! untrusted: a status is accepted only as a number from 0 to 255, and
 //! the pid the kill reads is checked (see [`crate::script::kill_tree`]).
