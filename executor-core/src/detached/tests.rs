@@ -438,20 +438,11 @@ async fn a_step_removes_the_files_of_the_steps_before_it() {
         let state = dir.path().display().to_string();
         std::fs::write(dir.path().join("step-abc.sh"), "true").unwrap_or_else(|e| panic!("{e}"));
         let exec = HostExec::new(&shell, &[]);
-        let (log, _) = RunLog::memory();
         for id in ["one", "two"] {
             let files = StepFiles::new(&state, id);
             let start = files.start_argv("", Script::Inline("echo hi"));
-            let end = run_step(
-                &exec,
-                &files,
-                &start,
-                &log,
-                &CancellationToken::new(),
-                FOLLOW_NOW,
-            )
-            .await;
-            assert_eq!(end.ok(), Some(StepEnd::Exited(0)), "{shell:?}");
+            let end = to_end(&exec, &files, &start).await;
+            assert_eq!(end, StepEnd::Exited(0), "{shell:?}");
         }
         let mut left: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap_or_else(|e| panic!("{e}"))
