@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::ExecutorError;
 
 /// One cache of a run: host copy `key`, environment folder `path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheSpec {
     /// The cache's name on the host.
     pub key: String,

@@ -256,6 +256,45 @@ impl StepFiles {
         ]
     }
 
+    /// The argv that exits 0 if the step was started (its pipes are
+    /// there), 1 if not.
+    pub fn started_argv(&self) -> Vec<String> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            r#"[ -p "$0.o" ]"#.into(),
+            self.prefix.clone(),
+        ]
+    }
+
+    /// The files of `step` in `state_dir`, named by its
+    /// [`StepCommand::id`](crate::StepCommand::id).
+    ///
+    /// # Errors
+    /// `InvalidInput` for an id that is empty, longer than 64 bytes, or
+    /// has a byte other than a letter, digit, `.`, `_` or `-`: it names
+    /// files.
+    ///
+    /// ```
+    /// use executor_core::{detached::StepFiles, StepCommand};
+    /// let mut step = StepCommand::new("build", "make", vec![]);
+    /// step.id = "a1s0".into();
+    /// assert_eq!(StepFiles::of(&step, "/.knotless").unwrap().pid_file(), "/.knotless/stepio-a1s0.pid");
+    /// step.id = "../x".into();
+    /// assert!(StepFiles::of(&step, "/.knotless").is_err());
+    /// ```
+    pub fn of(step: &crate::StepCommand, state_dir: &str) -> Result<Self, ExecutorError> {
+        let id = &step.id;
+        let fine = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+        if id.is_empty() || id.len() > 64 || !id.bytes().all(fine) || id.starts_with('.') {
+            return Err(ExecutorError::InvalidInput(format!(
+                "step {}: StepCommand::id {id:?} names the step's files: use 1 to 64 letters, digits, '.', '_' or '-'",
+                step.name
+            )));
+        }
+        Ok(Self::new(state_dir, id))
+    }
+
     /// The argv that prints the step's status file.
     pub fn status_argv(&self) -> Vec<String> {
         vec!["cat".into(), format!("{}.status", self.prefix)]
@@ -343,6 +382,11 @@ pub struct Follow {
     /// How long a broken stream may take to be followed again: the
     /// reconnect timeout.
     pub reconnect: Duration,
+    /// Set when an earlier runner process may have started the step
+    /// ([`StepCommand::follow_from`](crate::StepCommand::follow_from)):
+    /// if the step's pipes are there it is followed on from these
+    /// offsets; if not, it is started.
+    pub from: Option<Offsets>,
 }
 
 /// Runs a step started by `start` (from [`StepFiles::start_argv`]) to its
@@ -362,7 +406,30 @@ pub async fn run_step(
 ) -> Result<StepEnd, ExecutorError> {
     let mut out = Counted::new(log.writer_for(OutputStream::Stdout));
     let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
-    let first = exec.exec(start, &mut out, &mut err, interrupt).await?;
+    let first = match follow.from {
+        None => exec.exec(start, &mut out, &mut err, interrupt).await?,
+        Some(_) => {
+            let probe = reopened(
+                exec,
+                &files.started_argv(),
+                &mut tokio::io::sink(),
+                &mut tokio::io::sink(),
+                follow.reconnect,
+                log,
+                interrupt,
+            )
+            .await?;
+            match probe {
+                ExecEnd::Exited(0) => ExecEnd::Cut("the runner that started it is gone".into()),
+                ExecEnd::Interrupted => return killed(exec, files).await,
+                // Never started, or the probe's answer was lost: a start
+                // that finds the pipes made follows the first.
+                ExecEnd::Exited(_) | ExecEnd::Cut(_) => {
+                    exec.exec(start, &mut out, &mut err, interrupt).await?
+                }
+            }
+        }
+    };
     let why = match first {
         ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),
         ExecEnd::Interrupted => return killed(exec, files).await,
@@ -372,9 +439,10 @@ pub async fn run_step(
     let mut idle_cuts = 0u32;
     let mut last = Offsets::default();
     let mut lasted = false;
-    // Bytes of each stream no longer kept when they were asked for: the
-    // log has said how many; the offsets go on past them.
-    let mut skipped = Offsets::default();
+    // Bytes of each stream no longer kept when they were asked for (the
+    // log has said how many), and those an earlier runner's log has: the
+    // offsets go on past them.
+    let mut skipped = follow.from.unwrap_or_default();
     let mut why = Some(why);
     loop {
         let from = Offsets {

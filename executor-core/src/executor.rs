@@ -54,17 +54,48 @@ impl RunHandle {
 }
 
 /// One step as the driver hands it to [`Executor::command`].
+///
+/// ```
+/// let step = executor_core::StepCommand::new("build", "make", vec![]);
+/// assert_eq!(step.argv(), ["sh", "-ec", "make"]);
+/// assert!(step.follow_from.is_none());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepCommand {
+    /// Names the step's files in the environment (see
+    /// [`StepFiles`](crate::detached::StepFiles)), so unique within the
+    /// run's environment: the driver gives `a{attempt}s{index}`, which a
+    /// resumed run ([`crate::resume`]) finds again.
+    pub id: String,
     /// The step's name, for logs and process bookkeeping.
     pub name: String,
     /// The script, run as `sh -ec <script>` in [`RunHandle::work_dir`].
     pub script: String,
     /// The full environment in order: standard folders, run variables, step variables.
     pub env: Vec<(String, String)>,
+    /// Set when an earlier runner process started this step and died: the
+    /// step's output is followed on from these offsets (what that runner's
+    /// log had) instead of starting it again. A backend that cannot
+    /// follow refuses resume before any step ([`Executor::reattach`]).
+    pub follow_from: Option<crate::detached::Offsets>,
 }
 
 impl StepCommand {
+    /// A step to start, with a fresh random [`StepCommand::id`].
+    pub fn new(
+        name: impl Into<String>,
+        script: impl Into<String>,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        StepCommand {
+            id: crate::labels::random_hex(8),
+            name: name.into(),
+            script: script.into(),
+            env,
+            follow_from: None,
+        }
+    }
+
     /// The argv of the step as a command line: `["sh", "-ec", script]`.
     /// Backends run a script that was written to a file at start as
     /// `sh -e FILE` instead ([`ScriptFiles`](crate::script::ScriptFiles)),
@@ -287,6 +318,44 @@ pub trait Executor: Send + Sync {
     /// `stop` with `DriverOptions::stop_timeout`, records it if so, and
     /// writes the environment to `DriverOptions::journal`.
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError>;
+
+    /// Finds the live environment of the run `name` of `runner`, started
+    /// by another runner process (one that was killed), and its plan,
+    /// to carry the run on ([`crate::resume`]). Afterwards this executor
+    /// treats the environment as one it started: `command`, `copy_out`
+    /// and `stop` take its handle, and `cleanup` spares it.
+    ///
+    /// The default refuses: a backend whose environments do not outlive
+    /// the runner (the shell's processes are the runner's children) has
+    /// nothing to find.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`] when no live run of that name is
+    /// there (unknown, or finished and stopped), when the backend cannot
+    /// resume, or when the plan in the environment was changed; `Backend`
+    /// when the engine could not be asked.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let shell = executor_shell::ShellExecutor::new(dir.path());
+    /// use executor_core::Executor;
+    /// let err = shell.reattach("did:plc:r", "build-1").await.unwrap_err();
+    /// assert!(err.to_string().contains("cannot resume"), "{err}");
+    /// # }
+    /// ```
+    async fn reattach(
+        &self,
+        runner: &str,
+        name: &str,
+    ) -> Result<crate::resume::Reattached, ExecutorError> {
+        let _ = (runner, name);
+        Err(ExecutorError::InvalidInput(format!(
+            "the {} executor cannot resume a run: its steps do not outlive the runner that started them",
+            self.kind()
+        )))
+    }
 
     /// Removes environments that earlier runs of `runner` left behind,
     /// never one of a run this executor still has live.

@@ -34,6 +34,7 @@ pub mod mask;
 mod model;
 pub mod outage;
 mod result;
+pub mod resume;
 pub mod script;
 mod steps_file;
 pub mod tar;

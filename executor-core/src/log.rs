@@ -16,6 +16,7 @@ use tokio_util::sync::PollSemaphore;
 
 use crate::events::{Event, EventSink, OutputStream};
 use crate::mask::{MaskStream, Masker};
+use crate::resume::mark::{Mark, MarkFile};
 
 /// How many bytes of step output may wait for a slow log destination
 /// before the step's output is no longer read (and the step, writing to a
@@ -81,6 +82,14 @@ struct Inner {
     /// The running step, for output events.
     step: Option<String>,
     stamps: Option<Stamper>,
+    /// Whether the writer keeps a mark ([`crate::resume::Mark`]), which
+    /// is told with each write how many bytes of each of the running
+    /// step's streams the log then holds.
+    marking: bool,
+    /// Bytes of each stream of the running step taken so far.
+    taken: [u64; 2],
+    /// The stream whose bytes the line guard holds.
+    guarded_stream: OutputStream,
 }
 
 type Sinks = Arc<[Arc<dyn EventSink>]>;
@@ -94,8 +103,9 @@ enum Dest {
 }
 
 enum Message {
-    /// Bytes to write, and the budget permits they release once written.
-    Write(Vec<u8>, u32),
+    /// Bytes to write, the budget permits they release once written, and
+    /// the running step's bytes of stdout and stderr the log holds with them.
+    Write(Vec<u8>, u32, Option<[u64; 2]>),
     /// An event for the sinks, and the budget permits it releases.
     Event(Box<Event>, Sinks, u32),
     /// Answered once everything before it is written (or failed).
@@ -111,6 +121,11 @@ impl std::fmt::Debug for RunLog {
 impl RunLog {
     /// A log writing to any writer from its own thread; see the type docs.
     pub fn new(out: impl Write + Send + 'static) -> Self {
+        Self::threaded(out, None)
+    }
+
+    fn threaded(out: impl Write + Send + 'static, mark: Option<MarkFile>) -> Self {
+        let marking = mark.is_some();
         let budget = Arc::new(Semaphore::new(LOG_BUDGET));
         let (to_writer, from_runner) = mpsc::channel();
         let written = Arc::new(AtomicU64::new(0));
@@ -119,12 +134,16 @@ impl RunLog {
         let mut out: Box<dyn Write + Send> = Box::new(out);
         let spawned = std::thread::Builder::new()
             .name("run-log".into())
-            .spawn(move || write_all_sent(&mut out, &from_runner, &counter, &permits));
+            .spawn(move || write_all_sent(&mut out, &from_runner, &counter, &permits, mark));
         match spawned {
-            Ok(_) => RunLog {
-                inner: Arc::new(Mutex::new(Inner::new(Dest::Thread { to_writer, written }))),
-                budget: Some(budget),
-            },
+            Ok(_) => {
+                let mut inner = Inner::new(Dest::Thread { to_writer, written });
+                inner.marking = marking;
+                RunLog {
+                    inner: Arc::new(Mutex::new(inner)),
+                    budget: Some(budget),
+                }
+            }
             Err(err) => {
                 // No thread to spare: write in the caller rather than not at all.
                 tracing::warn!(%err, "no thread for the run log; writing it inline");
@@ -147,6 +166,88 @@ impl RunLog {
     /// The error of creating `path`.
     pub fn create(path: &Path) -> io::Result<Self> {
         Ok(Self::new(File::create(path)?))
+    }
+
+    /// A log written to `path`, created or truncated, with a mark beside
+    /// it (`PATH.mark`, see [`crate::resume`]) from which a new runner
+    /// process can carry the run on if this one is killed.
+    ///
+    /// # Errors
+    /// The error of creating `path` or its mark.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("run.log");
+    /// let log = executor_core::RunLog::create_resumable(&path).unwrap();
+    /// log.line("hello");
+    /// assert!(log.flush(std::time::Duration::from_secs(5)).await);
+    /// let mark = executor_core::resume::Mark::read(&path).unwrap();
+    /// assert_eq!(mark.log_len, "==> hello\n".len() as u64);
+    /// # }
+    /// ```
+    pub fn create_resumable(path: &Path) -> io::Result<Self> {
+        let file = File::create(path)?;
+        let mark = MarkFile::create(
+            path,
+            Mark {
+                at_line_start: true,
+                ..Mark::default()
+            },
+        )?;
+        Ok(Self::threaded(file, Some(mark)))
+    }
+
+    /// Opens the log of a run whose runner was killed, to carry it on: its
+    /// mark is read, the log is cut back to the bytes the mark describes
+    /// (a write the mark did not yet count is written again), and what is
+    /// written goes after them, marked as before.
+    ///
+    /// # Errors
+    /// `NotFound` for a log without a mark (not made by
+    /// [`RunLog::create_resumable`]); `InvalidData` for a mark that
+    /// cannot be read or a log shorter than its mark says; the error of
+    /// opening the log.
+    pub fn resume(path: &Path) -> io::Result<(Self, Mark)> {
+        let mark = Mark::read(path)?;
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let len = file.metadata()?.len();
+        if len < mark.log_len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the log {} has {len} bytes and its mark says {}: it was cut after the run wrote it",
+                    path.display(),
+                    mark.log_len
+                ),
+            ));
+        }
+        file.set_len(mark.log_len)?;
+        let mut file = file;
+        io::Seek::seek(&mut file, io::SeekFrom::End(0))?;
+        let marked = MarkFile::create(path, mark.clone())?;
+        let log = Self::threaded(file, Some(marked));
+        {
+            let mut inner = log.lock();
+            inner.at_line_start = mark.at_line_start;
+            if let Some(running) = &mark.running {
+                inner.taken = [running.stdout, running.stderr];
+            }
+        }
+        Ok((log, mark))
+    }
+
+    /// The running step's output goes on from `from`: what an earlier
+    /// runner's log already holds of it.
+    pub(crate) fn step_goes_on_from(&self, from: crate::detached::Offsets) {
+        let mut inner = self.lock();
+        inner.taken = [from.stdout, from.stderr];
+        if inner.marking {
+            let taken = Some(inner.taken);
+            let Inner { dest, failed, .. } = &mut *inner;
+            dest.write_marked(Vec::new(), 0, taken, failed);
+        }
     }
 
     /// A log written to standard output (`--log -`).
@@ -280,7 +381,10 @@ impl RunLog {
             None => event,
         };
         match &event {
-            Event::StepStarted { step, .. } => inner.step = Some(step.clone()),
+            Event::StepStarted { step, .. } => {
+                inner.step = Some(step.clone());
+                inner.taken = [0, 0];
+            }
             Event::StepFinished { .. } => inner.step = None,
             _ => {}
         }
@@ -310,7 +414,9 @@ impl RunLog {
             sinks,
             step,
             stamps,
-            ..
+            marking,
+            taken,
+            guarded_stream,
         } = &mut *inner;
         let unmasked = match masks.as_mut().map(|m| &mut m[stream as usize]) {
             Some(mask) => {
@@ -324,6 +430,9 @@ impl RunLog {
             .then(|| Event::output(step.clone(), stream, unmasked));
         guarded.clear();
         guard.push(unmasked, guarded);
+        if guard.is_holding() {
+            *guarded_stream = stream;
+        }
         let holding = guard.is_holding()
             || masks
                 .as_ref()
@@ -334,14 +443,32 @@ impl RunLog {
             *at_line_start = guarded.ends_with(b"\n");
         }
         let text = stamped(stamps, guarded, time::OffsetDateTime::now_utc);
+        let i = stream as usize;
+        taken[i] = taken[i].saturating_add(bytes.len() as u64);
+        // What the log holds of each stream: all taken but what the
+        // masker and the line guard still hold (bytes as they came).
+        let committed = marking.then(|| {
+            let mut held = [0u64; 2];
+            if let Some(masks) = masks.as_ref() {
+                for (h, m) in held.iter_mut().zip(masks.iter()) {
+                    *h = m.held_len() as u64;
+                }
+            }
+            let g = *guarded_stream as usize;
+            held[g] = held[g].saturating_add(guard.held_len() as u64);
+            [
+                taken[0].saturating_sub(held[0]),
+                taken[1].saturating_sub(held[1]),
+            ]
+        });
         match event {
             // The event releases the budget: it is handled after the text,
             // so a slow sink holds output back as a slow log does.
             Some(event) => {
-                dest.write(text, 0, failed);
+                dest.write_marked(text, 0, committed, failed);
                 inner.send_event(event, permits);
             }
-            None => dest.write(text, permits, failed),
+            None => dest.write_marked(text, permits, committed, failed),
         }
     }
 
@@ -424,21 +551,42 @@ fn write_all_sent(
     from_runner: &mpsc::Receiver<Message>,
     written: &AtomicU64,
     budget: &Semaphore,
+    mut mark: Option<MarkFile>,
 ) {
     let mut failed = false;
-    for message in from_runner {
+    loop {
+        let message = match from_runner.try_recv() {
+            Ok(message) => message,
+            Err(mpsc::TryRecvError::Empty) => {
+                // Nothing waiting: the mark catches up with the log once
+                // per burst of writes, not once per write.
+                save_mark(&mut mark);
+                match from_runner.recv() {
+                    Ok(message) => message,
+                    Err(_) => break,
+                }
+            }
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        };
         match message {
             Message::Event(event, sinks, permits) => {
                 tell(&sinks, &event);
+                if let Some(mark) = mark.as_mut() {
+                    mark.event(&event);
+                }
                 if permits > 0 {
                     budget.add_permits(permits as usize);
                 }
             }
-            Message::Write(bytes, permits) => {
+            Message::Write(bytes, permits, committed) => {
                 if !failed {
                     if let Err(err) = out.write_all(&bytes).and_then(|()| out.flush()) {
                         failed = true;
+                        // The mark stays at the last byte surely written.
+                        mark = None;
                         tracing::warn!(%err, "run log write failed; further log output is lost");
+                    } else if let Some(mark) = mark.as_mut() {
+                        mark.wrote(&bytes, committed);
                     }
                 }
                 let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
@@ -448,8 +596,19 @@ fn write_all_sent(
                 }
             }
             Message::Flushed(answer) => {
+                save_mark(&mut mark);
                 let _ = answer.send(());
             }
+        }
+    }
+    save_mark(&mut mark);
+}
+
+fn save_mark(mark: &mut Option<MarkFile>) {
+    if let Some(file) = mark.as_mut() {
+        if let Err(err) = file.save() {
+            tracing::warn!(%err, "the run log's mark could not be written; the run cannot be resumed from here on");
+            *mark = None;
         }
     }
 }
@@ -478,6 +637,9 @@ impl Inner {
             sinks: Arc::new([]),
             step: None,
             stamps: None,
+            marking: false,
+            taken: [0, 0],
+            guarded_stream: OutputStream::Stdout,
         }
     }
 
@@ -522,7 +684,9 @@ impl Inner {
             &self.guarded,
             time::OffsetDateTime::now_utc,
         );
-        self.dest.write(bytes, 0, &mut self.failed);
+        let committed = self.marking.then_some(self.taken);
+        self.dest
+            .write_marked(bytes, 0, committed, &mut self.failed);
     }
 }
 
@@ -555,6 +719,11 @@ impl LineGuard {
 
     fn is_holding(&self) -> bool {
         self.held > 0
+    }
+
+    /// Bytes held: the start of the mark, as they came.
+    fn held_len(&self) -> usize {
+        self.held
     }
 
     fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
@@ -608,6 +777,16 @@ impl LineGuard {
 
 impl Dest {
     fn write(&mut self, bytes: Vec<u8>, permits: u32, failed: &mut bool) {
+        self.write_marked(bytes, permits, None, failed);
+    }
+
+    fn write_marked(
+        &mut self,
+        bytes: Vec<u8>,
+        permits: u32,
+        committed: Option<[u64; 2]>,
+        failed: &mut bool,
+    ) {
         match self {
             Dest::Inline(out) => {
                 if let Err(err) = out.write_all(&bytes).and_then(|()| out.flush()) {
@@ -619,7 +798,7 @@ impl Dest {
             }
             Dest::Thread { to_writer, .. } => {
                 // The thread only ends when every sender is gone.
-                let _ = to_writer.send(Message::Write(bytes, permits));
+                let _ = to_writer.send(Message::Write(bytes, permits, committed));
             }
         }
     }

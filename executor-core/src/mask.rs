@@ -258,6 +258,11 @@ impl MaskStream {
     pub fn is_holding(&self) -> bool {
         !self.pending.is_empty()
     }
+
+    /// How many bytes are held back: the tail of what was pushed, as it came.
+    pub fn held_len(&self) -> usize {
+        self.pending.len()
+    }
 }
 
 impl Forms {

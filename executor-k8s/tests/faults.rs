@@ -253,6 +253,8 @@ async fn a_cut_step_whose_supervisor_is_gone_is_a_lost_status_never_success() {
         .unwrap();
     backend.cluster.faults().cut_next_exec();
     let command = executor_core::StepCommand {
+        id: executor_core::labels::random_hex(8),
+        follow_from: None,
         name: "cut".into(),
         script: spec.steps[0].script.clone(),
         env: handle.standard_env(),

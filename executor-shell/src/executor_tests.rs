@@ -52,6 +52,8 @@ async fn start(executor: &ShellExecutor, spec: &RunSpec) -> Result<RunHandle, Ex
 
 fn step(env: &[(&str, &str)]) -> StepCommand {
     StepCommand {
+        id: executor_core::labels::random_hex(8),
+        follow_from: None,
         name: "s".into(),
         script: "make".into(),
         env: env

@@ -22,6 +22,11 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Remove environments that earlier runs of a runner left behind.
     Cleanup(Box<CleanupArgs>),
+    /// Carry on a run whose runner was killed: follow the running step
+    /// from where the run's log ends, run the steps after it, bring the
+    /// outputs back, stop the environment and write the result (docker,
+    /// k8s).
+    Resume(Box<ResumeArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -330,6 +335,50 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
     };
     let n: i64 = digits.parse().map_err(|_| bad())?;
     n.checked_mul(scale).filter(|v| *v > 0).ok_or_else(bad)
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// Backend the run is on: docker or k8s (the shell's runs end with
+    /// their runner).
+    #[arg(long, value_enum)]
+    pub executor: ExecutorKind,
+    /// The runner's DID, as given to `run`.
+    #[arg(long, env = "RUNNER_DID")]
+    pub runner: String,
+    /// The run's name, as given to `run`.
+    #[arg(long)]
+    pub name: String,
+    /// Host folder that receives OUTPUTS_DIR.
+    #[arg(long, default_value = "outputs")]
+    pub outputs: PathBuf,
+    /// Where the result JSON goes.
+    #[arg(long, default_value = "result.json")]
+    pub result: PathBuf,
+    /// The run's log file, as given to `run` (with its mark, LOG.mark,
+    /// beside it): the run goes on from where it ends, and is written on.
+    #[arg(long)]
+    pub log: PathBuf,
+    /// Start every new line of the run log with its time, as `run` did.
+    #[arg(long)]
+    pub timestamps: bool,
+    /// The run's secret variables again, as given to `run`, for the log
+    /// to mask them (the environment still holds them).
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// As `--secret`, from a file, as given to `run`.
+    #[arg(long = "secret-file", value_name = "NAME=PATH", value_parser = crate::secrets::parse_secret_file)]
+    pub secret_files: Vec<(String, PathBuf)>,
+    /// Host folder of the caches, as given to `run`.
+    #[arg(long, env = "RUNNER_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Largest cache saved back: bytes, or with k, m, g.
+    #[arg(long, default_value = "10g", value_parser = parse_bytes)]
+    pub cache_max: i64,
+    #[command(flatten)]
+    pub docker: DockerArgs,
+    #[command(flatten)]
+    pub k8s: K8sArgs,
 }
 
 #[derive(Debug, Args)]

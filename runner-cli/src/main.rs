@@ -31,6 +31,7 @@ macro_rules! print_out {
 mod args;
 mod backends;
 mod flags;
+mod resume;
 mod run;
 mod secrets;
 
@@ -64,6 +65,7 @@ fn main() {
         match cli.command {
             Command::Run(args) => run::run(*args).await,
             Command::Cleanup(args) => run::cleanup(*args).await,
+            Command::Resume(args) => resume::resume(*args).await,
         }
     });
     std::process::exit(code);

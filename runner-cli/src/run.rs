@@ -18,7 +18,7 @@ use crate::{EXIT_CANCELLED, EXIT_INFRA, EXIT_INPUT};
 
 /// How long the end of a run waits for a log destination that takes no
 /// bytes at all (a reader that stopped reading) before giving up on it.
-const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs and returns the process exit code.
 pub async fn run(args: RunArgs) -> i32 {
@@ -77,7 +77,8 @@ pub async fn run(args: RunArgs) -> i32 {
     } else if args.log == "-" {
         RunLog::stdout()
     } else {
-        match RunLog::create(Path::new(&args.log)) {
+        // With its mark: a runner killed from here on can be resumed.
+        match RunLog::create_resumable(Path::new(&args.log)) {
             Ok(log) => log,
             Err(err) => {
                 let msg = format!("cannot write the run log {}: {err}", args.log);
@@ -173,8 +174,15 @@ pub async fn run(args: RunArgs) -> i32 {
 /// How long `stop` may take: the removal riding out an outage of up to
 /// `--reconnect-timeout`, then, on Kubernetes, the pod's removal.
 fn stop_timeout(args: &RunArgs) -> std::time::Duration {
-    let reconnect = args.k8s.reconnect_timeout;
-    match args.executor {
+    stop_timeout_of(args.executor, &args.k8s)
+}
+
+pub(crate) fn stop_timeout_of(
+    executor: ExecutorKind,
+    k8s: &crate::args::K8sArgs,
+) -> std::time::Duration {
+    let reconnect = k8s.reconnect_timeout;
+    match executor {
         ExecutorKind::K8s => {
             reconnect.saturating_add(executor_k8s::K8sOptions::default().stop_timeout)
         }
@@ -293,7 +301,7 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: F
 
 /// The signals that end the runner: each cancels the run, which still
 /// stops its environment and writes its result; a second one exits at once.
-struct Signals {
+pub(crate) struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
@@ -302,7 +310,7 @@ struct Signals {
 impl Signals {
     /// Registers the handlers now (not when a task first runs), so no
     /// signal from here on takes the default action of killing the runner.
-    fn install() -> std::io::Result<Self> {
+    pub(crate) fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
@@ -311,7 +319,7 @@ impl Signals {
         })
     }
 
-    async fn cancel_on_signal(mut self, cancel: CancellationToken) {
+    pub(crate) async fn cancel_on_signal(mut self, cancel: CancellationToken) {
         for n in 0.. {
             let name = tokio::select! {
                 _ = self.interrupt.recv() => "SIGINT",

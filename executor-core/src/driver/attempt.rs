@@ -10,6 +10,7 @@ use super::caches::{restore_caches, save_caches};
 use super::millis;
 use super::supervise::{Supervised, Watch};
 use crate::cache::CacheResult;
+use crate::detached::Offsets;
 use crate::events::Event;
 use crate::journal::Leftover;
 use crate::tar::RefusedEntry;
@@ -34,7 +35,7 @@ pub(super) struct AttemptRecord {
 }
 
 impl AttemptRecord {
-    fn new(spec: &RunSpec) -> Self {
+    pub(super) fn new(spec: &RunSpec) -> Self {
         let now = OffsetDateTime::now_utc();
         AttemptRecord {
             failure: None,
@@ -50,7 +51,7 @@ impl AttemptRecord {
     }
 
     /// Every step from `from` on recorded as skipped.
-    fn with_steps_skipped(mut self, spec: &RunSpec, from: usize) -> Self {
+    pub(super) fn with_steps_skipped(mut self, spec: &RunSpec, from: usize) -> Self {
         self.steps.truncate(from);
         self.steps.extend(
             spec.steps
@@ -63,7 +64,7 @@ impl AttemptRecord {
 
     /// Adds a failure: the first one is the attempt's (the same object as
     /// its step's), later ones (outputs, stop) add their words to `error`.
-    fn note(&mut self, failure: Failure) {
+    pub(super) fn note(&mut self, failure: Failure) {
         self.error = Some(match self.error.take() {
             Some(first) => format!("{first}; {}", failure.message),
             None => failure.message.clone(),
@@ -71,7 +72,7 @@ impl AttemptRecord {
         self.failure.get_or_insert(failure);
     }
 
-    fn ended(mut self) -> Self {
+    pub(super) fn ended(mut self) -> Self {
         self.finished_at = OffsetDateTime::now_utc();
         self
     }
@@ -123,7 +124,46 @@ pub(super) async fn run_attempt(
     record.caches = restore_caches(executor, &handle, spec, log, options, watch.run_deadline).await;
 
     record.steps.clear();
-    for (index, step) in spec.steps.iter().enumerate() {
+    let steps = Steps {
+        attempt,
+        from: 0,
+        resumed: None,
+    };
+    run_steps(executor, &handle, spec, log, watch, steps, &mut record).await;
+    wind_up(executor, &handle, spec, log, options, watch, &mut record).await;
+    record.ended()
+}
+
+/// Where [`run_steps`] begins.
+pub(super) struct Steps {
+    pub(super) attempt: u32,
+    /// The index of the first step to run; those before it are in the record.
+    pub(super) from: usize,
+    /// Set when that step was started by an earlier runner process.
+    pub(super) resumed: Option<Resumed>,
+}
+
+/// A step an earlier runner process started.
+#[derive(Clone, Copy)]
+pub(super) struct Resumed {
+    /// What its log holds of the step's streams.
+    pub(super) from: Offsets,
+    pub(super) started_at: OffsetDateTime,
+}
+
+/// Runs `spec`'s steps from `steps.from` on, in order, until one does not
+/// succeed; the rest are recorded as skipped.
+pub(super) async fn run_steps(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    spec: &RunSpec,
+    log: &RunLog,
+    watch: &Watch<'_>,
+    steps: Steps,
+    record: &mut AttemptRecord,
+) {
+    let mut resumed = steps.resumed;
+    for (index, step) in spec.steps.iter().enumerate().skip(steps.from) {
         if let Some(why) = watch.already() {
             // Never start a step the run has no time or wish for.
             let msg = format!("{} before step {}", why.describe(), step.name);
@@ -131,9 +171,13 @@ pub(super) async fn run_attempt(
             record.note(Failure::new(why.kind(), msg));
             break;
         }
-        let place = Place { attempt, index };
+        let place = Place {
+            attempt: steps.attempt,
+            index,
+            resumed: resumed.take(),
+        };
         let (step_result, failure) =
-            run_step(executor, &handle, spec, step, place, log, watch).await;
+            run_step(executor, handle, spec, step, place, log, watch).await;
         record.steps.push(step_result);
         if let Some(failure) = failure {
             record.note(failure);
@@ -141,12 +185,25 @@ pub(super) async fn run_attempt(
         }
     }
     let ran = record.steps.len();
-    record = record.with_steps_skipped(spec, ran);
+    let taken = std::mem::replace(record, AttemptRecord::new(spec));
+    *record = taken.with_steps_skipped(spec, ran);
+}
 
+/// After the steps: the caches saved (only after a run whose steps all
+/// succeeded), the outputs brought back, the environment stopped.
+pub(super) async fn wind_up(
+    executor: &dyn Executor,
+    handle: &RunHandle,
+    spec: &RunSpec,
+    log: &RunLog,
+    options: &DriverOptions,
+    watch: &Watch<'_>,
+    record: &mut AttemptRecord,
+) {
     if record.failure.is_none() {
         save_caches(
             executor,
-            &handle,
+            handle,
             spec,
             log,
             options,
@@ -163,9 +220,8 @@ pub(super) async fn run_attempt(
         }
     }
 
-    collect_outputs(executor, &handle, spec, options, log, &mut record).await;
-    stop_once(executor, &handle, spec, log, options, &mut record).await;
-    record.ended()
+    collect_outputs(executor, handle, spec, options, log, record).await;
+    stop_once(executor, handle, spec, log, options, record).await;
 }
 
 /// Outputs, whatever happened to the steps: that is when they matter most.
@@ -235,6 +291,12 @@ async fn collect_outputs(
 struct Place {
     attempt: u32,
     index: usize,
+    resumed: Option<Resumed>,
+}
+
+/// The step's id in the environment: the same in a resumed run.
+fn step_id(place: Place) -> String {
+    format!("a{}s{}", place.attempt, place.index)
 }
 
 /// Runs one step; the failure is `Some` when the run must end here.
@@ -248,6 +310,8 @@ async fn run_step(
     watch: &Watch<'_>,
 ) -> (StepResult, Option<Failure>) {
     let command = StepCommand {
+        id: step_id(place),
+        follow_from: place.resumed.map(|r| r.from),
         name: step.name.clone(),
         script: step.script.clone(),
         env: handle
@@ -257,7 +321,9 @@ async fn run_step(
             .chain(step.env.iter().cloned())
             .collect(),
     };
-    let started_at = OffsetDateTime::now_utc();
+    let started_at = place
+        .resumed
+        .map_or_else(OffsetDateTime::now_utc, |r| r.started_at);
     let clock = Instant::now();
     log.emit(Event::StepStarted {
         at: started_at,
@@ -265,8 +331,15 @@ async fn run_step(
         step: step.name.clone(),
         index: place.index,
     });
+    if let Some(resumed) = place.resumed {
+        log.step_goes_on_from(resumed.from);
+    }
     let token = CancellationToken::new();
-    let step_deadline = Some(clock + spec.step_timeout);
+    // A resumed step's time ran under the runner before this one too.
+    let already = place.resumed.map_or(std::time::Duration::ZERO, |r| {
+        std::time::Duration::try_from(OffsetDateTime::now_utc() - r.started_at).unwrap_or_default()
+    });
+    let step_deadline = Some(clock + spec.step_timeout.saturating_sub(already));
     let outcome = watch
         .supervise(
             executor.command(handle, &command, log, token.clone()),
@@ -323,8 +396,12 @@ async fn run_step(
         }
     };
     let failure = failure.map(|f| f.in_step(name));
-    let duration_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
     let finished_at = OffsetDateTime::now_utc();
+    let duration_ms = match place.resumed {
+        // The step ran under the runner before this one too.
+        Some(_) => u64::try_from((finished_at - started_at).whole_milliseconds()).unwrap_or(0),
+        None => u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
     log.emit(Event::StepFinished {
         at: finished_at,
         attempt: place.attempt,

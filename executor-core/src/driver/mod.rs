@@ -2,7 +2,10 @@
 
 mod attempt;
 mod caches;
+mod resume;
 mod supervise;
+
+pub use resume::resume_with;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

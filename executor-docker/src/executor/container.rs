@@ -3,7 +3,12 @@
 use super::*;
 
 impl DockerExecutor {
-    pub(super) fn container_spec(&self, run: &RunSpec, image: &str) -> ContainerSpec {
+    pub(super) fn container_spec(
+        &self,
+        run: &RunSpec,
+        image: &str,
+        plan_digest: &str,
+    ) -> ContainerSpec {
         // The container outlives every phase the driver may still use it for.
         let expires = executor_core::labels::unix_now().saturating_add(
             run.lifetime()
@@ -16,6 +21,7 @@ impl DockerExecutor {
             (RUNNER_RAW_KEY.to_string(), run.runner.clone()),
             (RUN_RAW_KEY.to_string(), run.name.clone()),
             (EXPIRES_KEY.to_string(), expires.to_string()),
+            (PLAN_DIGEST_KEY.to_string(), plan_digest.to_string()),
         ]);
         ContainerSpec {
             name: format!(
@@ -86,11 +92,13 @@ impl DockerExecutor {
         &self,
         id: &str,
         run: &RunSpec,
+        plan: &[u8],
     ) -> Result<ScriptFiles, ExecutorError> {
         self.engine.start(id).await?;
         // The step scripts go in with the checkout, as files in the state
         // folder: a script of any size, and none in an exec's command line.
         let (scripts_dir, scripts) = ScriptFiles::staged(run, STATE_DIR)?;
+        executor_core::resume::stage_plan(scripts_dir.path(), plan)?;
         // One upload to `/` creates the folders and fills them: Docker
         // refuses uploads to a missing path, and every request and exec is
         // a round trip through the engine.

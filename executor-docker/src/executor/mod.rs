@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{ContainerSpec, Engine, ExecSpec};
 use executor_core::detached::{run_step, Follow, StepEnd, StepFiles};
+use executor_core::resume::{read_plan, Reattached, RunPlan, PLAN_DIGEST_KEY};
 use executor_core::script::{Script, ScriptFiles};
 
 mod container;
@@ -135,11 +136,13 @@ impl Executor for DockerExecutor {
         let image = run.image_for("docker")?;
         run.check_folders()?;
         self.ensure_image(image, log).await?;
-        let spec = self.container_spec(run, image);
+        // The plan a resume reads back; its digest where no step can change it.
+        let plan = RunPlan::of(run).to_json();
+        let spec = self.container_spec(run, image, &RunPlan::digest(&plan));
         let id = self.engine.create(&spec).await?;
         log.line(&format!("container {} ({})", spec.name, short(&id)));
         let prepared = tokio::select! {
-            r = self.prepare(&id, run) => r,
+            r = self.prepare(&id, run, &plan) => r,
             _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
         };
         let scripts = match prepared {
@@ -163,7 +166,7 @@ impl Executor for DockerExecutor {
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError> {
         let id = run.id.as_str();
-        let files = StepFiles::new(STATE_DIR, &random_suffix());
+        let files = StepFiles::of(step, STATE_DIR)?;
         let file = self
             .live()
             .get(id)
@@ -182,6 +185,7 @@ impl Executor for DockerExecutor {
         };
         let follow = Follow {
             reconnect: self.options.reconnect_timeout,
+            from: step.follow_from,
         };
         let ended = match run_step(&channel, &files, &start, log, &interrupt, follow).await {
             Ok(ended) => ended,
@@ -273,6 +277,40 @@ impl Executor for DockerExecutor {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&run.id);
         Ok(())
+    }
+
+    async fn reattach(&self, runner: &str, name: &str) -> Result<Reattached, ExecutorError> {
+        let mut found: Vec<_> = self
+            .runner_containers(runner)
+            .await?
+            .into_iter()
+            .filter(|(_, labels)| labels.get(RUN_RAW_KEY).map(String::as_str) == Some(name))
+            .collect();
+        let (id, labels) = match (found.pop(), found.len()) {
+            (Some(one), 0) => one,
+            (None, _) => {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "no live run {name:?} of runner {runner} on the engine: it finished and was stopped, or never started"
+                )))
+            }
+            (Some(_), more) => {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "{} containers of run {name:?} of runner {runner} on the engine; remove the stale ones with cleanup",
+                    more + 1
+                )))
+            }
+        };
+        let digest = labels.get(PLAN_DIGEST_KEY).ok_or_else(|| {
+            ExecutorError::InvalidInput(format!(
+                "container {} of run {name:?} has no {PLAN_DIGEST_KEY} label: a runner without resume started it",
+                short(&id)
+            ))
+        })?;
+        let handle = RunHandle::in_container(id.clone());
+        let plan = read_plan(self, &handle, STATE_DIR, digest).await?;
+        self.live()
+            .insert(id, ScriptFiles::planned(&plan.spec(), STATE_DIR));
+        Ok(Reattached { handle, plan })
     }
 
     async fn cleanup(

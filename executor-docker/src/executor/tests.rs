@@ -14,6 +14,8 @@ use crate::DockerOptions;
 
 fn step() -> StepCommand {
     StepCommand {
+        id: executor_core::labels::random_hex(8),
+        follow_from: None,
         name: "s".into(),
         script: "echo hi".into(),
         env: vec![("SECRET".into(), "v".into())],
@@ -284,7 +286,7 @@ fn the_container_outlives_the_outputs_phase_and_holds_secrets_in_its_env_only() 
         .timeouts(Duration::from_secs(600), Duration::from_secs(60))
         .secret("TOKEN", Secret::new("s3cr3t-value"));
     let before = executor_core::labels::unix_now();
-    let container = executor.container_spec(&run, "busybox:local");
+    let container = executor.container_spec(&run, "busybox:local", "00");
     let expires: u64 = container.labels[EXPIRES_KEY].parse().unwrap();
     assert!(expires >= before + 600 + run.outputs_timeout.as_secs() + grace);
     assert_eq!(container.secret_env, run.secrets);

@@ -46,6 +46,9 @@ impl executor_conformance::Backend for Docker {
             .await
             .unwrap_or_else(|e| vec![format!("cannot list containers: {e}")])
     }
+    async fn another_runner(&self) -> Option<Box<dyn executor_core::Executor>> {
+        Some(Box::new(executor(options()).await))
+    }
     async fn lose_environment(&self, runner: &str) -> bool {
         use executor_docker::engine::Engine as _;
         let ids = self.0.containers(runner).await.unwrap_or_default();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY};
+use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY, RUN_RAW_KEY};
 use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
@@ -20,6 +20,7 @@ use crate::cluster::Cluster;
 use crate::job::{objects, runner_selector, STATE_DIR};
 use crate::{wait, K8sOptions};
 use executor_core::detached::{run_step, Follow, StepEnd, StepFiles};
+use executor_core::resume::{read_plan, Reattached, RunPlan, PLAN_DIGEST_KEY};
 use executor_core::script::{Script, ScriptFiles};
 
 mod pod_exec;
@@ -243,13 +244,21 @@ impl Executor for K8sExecutor {
                  the checkout and secrets go to whoever answers as the API server",
             );
         }
-        let objects = objects(
+        let mut objects = objects(
             run,
             &self.options,
             &random_suffix(),
             executor_core::labels::unix_now(),
         )
         .map_err(ExecutorError::InvalidInput)?;
+        // The plan a resume reads back; its digest where no step can change it.
+        let plan = RunPlan::of(run).to_json();
+        objects
+            .job
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(PLAN_DIGEST_KEY.to_string(), RunPlan::digest(&plan));
         let name = objects.name.clone();
         if let Some(secret) = &objects.secret {
             self.cluster.create_secret(secret).await?;
@@ -303,6 +312,7 @@ impl Executor for K8sExecutor {
                 // The step scripts, as files in the state folder: a script of
                 // any size, and none in an exec's URL (or an audit log).
                 let (scripts, _) = ScriptFiles::staged(run, STATE_DIR)?;
+                executor_core::resume::stage_plan(scripts.path(), &plan)?;
                 // One stream fills every folder: each exec is a round trip
                 // through the API server and the kubelet. Only the folders'
                 // contents travel, so tar changes nothing of the mounts
@@ -364,7 +374,7 @@ impl Executor for K8sExecutor {
             "cd {} && ",
             executor_core::script::quote(&run.work_dir)
         ));
-        let files = StepFiles::new(STATE_DIR, &random_suffix());
+        let files = StepFiles::of(step, STATE_DIR)?;
         let file = live.scripts.path_of(&step.script);
         let script = match &file {
             Some(path) => Script::File(path),
@@ -378,6 +388,7 @@ impl Executor for K8sExecutor {
         };
         let follow = Follow {
             reconnect: self.options.reconnect_timeout,
+            from: step.follow_from,
         };
         let ended = match run_step(&channel, &files, &start, log, &interrupt, follow).await {
             Ok(ended) => ended,
@@ -462,6 +473,95 @@ impl Executor for K8sExecutor {
             None => (format!("job-name={}", run.id), true),
         };
         self.teardown(&run.id, &selector, has_secret).await
+    }
+
+    async fn reattach(&self, runner: &str, name: &str) -> Result<Reattached, ExecutorError> {
+        self.check_run_permissions().await?;
+        let mut found: Vec<_> = self
+            .cluster
+            .list_jobs(&runner_selector(runner))
+            .await?
+            .into_iter()
+            .filter(|job| {
+                let notes = job.metadata.annotations.as_ref();
+                job.metadata.deletion_timestamp.is_none()
+                    && notes
+                        .and_then(|a| a.get(RUNNER_RAW_KEY))
+                        .map(String::as_str)
+                        == Some(runner)
+                    && notes.and_then(|a| a.get(RUN_RAW_KEY)).map(String::as_str) == Some(name)
+            })
+            .collect();
+        let job = match (found.pop(), found.len()) {
+            (Some(one), 0) => one,
+            (None, _) => {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "no live run {name:?} of runner {runner} in namespace {}: it finished and was stopped, or never started",
+                    self.cluster.namespace()
+                )))
+            }
+            (Some(_), more) => {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "{} Jobs of run {name:?} of runner {runner}; remove the stale ones with cleanup",
+                    more + 1
+                )))
+            }
+        };
+        let job_name = job.metadata.name.clone().unwrap_or_default();
+        let status = job.status.as_ref();
+        if status.and_then(|s| s.succeeded).unwrap_or(0) > 0
+            || status.and_then(|s| s.failed).unwrap_or(0) > 0
+        {
+            return Err(ExecutorError::InvalidInput(format!(
+                "job {job_name} of run {name:?} has finished: its pod is gone, so there is nothing to carry on"
+            )));
+        }
+        let digest = job
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PLAN_DIGEST_KEY))
+            .cloned()
+            .ok_or_else(|| {
+                ExecutorError::InvalidInput(format!(
+                    "job {job_name} of run {name:?} has no {PLAN_DIGEST_KEY} annotation: a runner without resume started it"
+                ))
+            })?;
+        let pod_selector = format!("job-name={job_name}");
+        let pod = wait::ready(
+            self.cluster.as_ref(),
+            &pod_selector,
+            self.options.pod_timeout,
+            self.options.progress_every,
+            &RunLog::discard(),
+            &CancellationToken::new(),
+        )
+        .await?;
+        let handle = RunHandle::in_container(job_name.clone());
+        self.live().insert(
+            job_name.clone(),
+            LiveRun {
+                pod,
+                pod_selector,
+                // Deleting a Secret that is not there is fine.
+                has_secret: true,
+                variables: PodVariables::default(),
+                scripts: ScriptFiles::default(),
+            },
+        );
+        let plan = match read_plan(self, &handle, STATE_DIR, &digest).await {
+            Ok(plan) => plan,
+            Err(err) => {
+                self.live().remove(&job_name);
+                return Err(err);
+            }
+        };
+        let spec = plan.spec();
+        if let Some(live) = self.live().get_mut(&job_name) {
+            live.variables = PodVariables::of(&spec, &handle);
+            live.scripts = ScriptFiles::planned(&spec, STATE_DIR);
+        }
+        Ok(Reattached { handle, plan })
     }
 
     async fn cleanup(

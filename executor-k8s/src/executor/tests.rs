@@ -105,6 +105,8 @@ async fn run_step(
     env: Vec<(String, String)>,
 ) -> Result<CommandOutcome, ExecutorError> {
     let command = StepCommand {
+        id: executor_core::labels::random_hex(8),
+        follow_from: None,
         name: "s".into(),
         script: "make".into(),
         env,
@@ -221,6 +223,8 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
         .command(
             &RunHandle::in_container("job"),
             &StepCommand {
+                id: executor_core::labels::random_hex(8),
+                follow_from: None,
                 name: "s".into(),
                 script: "make".into(),
                 env: Vec::new(),

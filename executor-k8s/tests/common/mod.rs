@@ -28,6 +28,8 @@ pub fn options() -> K8sOptions {
 pub struct K8s {
     pub executor: K8sExecutor,
     pub cluster: TestCluster,
+    /// How the executor was made: a second runner is made the same way.
+    made: (KubeconfigSource, K8sOptions),
 }
 
 impl K8s {
@@ -53,10 +55,14 @@ impl K8s {
             namespace: namespace.map(str::to_string),
             ..KubeconfigSource::default()
         };
-        let executor = K8sExecutor::connect(&source, options)
+        let executor = K8sExecutor::connect(&source, options.clone())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        K8s { executor, cluster }
+        K8s {
+            executor,
+            cluster,
+            made: (source, options),
+        }
     }
 }
 
@@ -105,5 +111,12 @@ impl Backend for K8s {
     async fn cut_streams_after(&self, bytes: &[u64]) -> bool {
         self.cluster.faults().cut_execs_after(bytes);
         true
+    }
+    async fn another_runner(&self) -> Option<Box<dyn Executor>> {
+        let (source, options) = &self.made;
+        let executor = K8sExecutor::connect(source, options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Some(Box::new(executor))
     }
 }

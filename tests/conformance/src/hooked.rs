@@ -120,6 +120,8 @@ impl Executor for Hooked<'_> {
         if let Some(script) = &self.probe_before_stop {
             let (log, text) = RunLog::memory();
             let probe = StepCommand {
+                id: executor_core::labels::random_hex(8),
+                follow_from: None,
                 name: "probe".into(),
                 script: script.clone(),
                 env: run.standard_env(),

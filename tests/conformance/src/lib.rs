@@ -49,6 +49,7 @@ pub use cases::failures::*;
 pub use cases::files::*;
 pub use cases::lifecycle::*;
 pub use cases::logs::*;
+pub use cases::resume::*;
 pub use cases::secrets::*;
 pub use cases::steps::*;
 pub use cases::untrusted::*;
@@ -93,6 +94,14 @@ pub trait Backend: Send + Sync {
     async fn cut_streams_after(&self, _bytes: &[u64]) -> bool {
         false
     }
+
+    /// A second executor of the same backend with nothing of the first
+    /// one's state, as a new runner process would make; `None` where runs
+    /// do not outlive their runner (the shell), which skips the cases
+    /// that need it.
+    async fn another_runner(&self) -> Option<Box<dyn Executor>> {
+        None
+    }
 }
 
 /// Generates one `#[tokio::test]` per conformance case, each calling
@@ -128,7 +137,8 @@ macro_rules! conformance_tests {
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
             retry_never_follows_a_step_failure, retry_recovers_from_a_lost_environment,
-            a_step_cut_twice_keeps_every_byte_and_its_code);
+            a_step_cut_twice_keeps_every_byte_and_its_code,
+            a_killed_runner_is_resumed_with_the_right_result);
     };
     (@cases $make:path; $attrs:tt; $($case:ident),* $(,)?) => {
         $( $crate::conformance_tests!(@case $make; $attrs; $case); )*

@@ -4,6 +4,7 @@ pub mod failures;
 pub mod files;
 pub mod lifecycle;
 pub mod logs;
+pub mod resume;
 pub mod secrets;
 pub mod steps;
 pub mod untrusted;

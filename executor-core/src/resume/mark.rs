@@ -1,0 +1,211 @@
+//! The log's mark: how far a run got, as its log file shows it.
+//!
+//! Beside a log made with [`RunLog::create_resumable`](crate::RunLog::create_resumable)
+//! lies `LOG.mark`, rewritten by the log's writer thread after what it
+//! wrote (never before): the length of the log it describes, the steps
+//! finished, and the running step with how many bytes of its stdout and
+//! stderr that length holds. A runner killed at any byte leaves a mark
+//! that describes a prefix of its log; [`RunLog::resume`](crate::RunLog::resume)
+//! cuts the log back to it, and the new runner follows the step on from
+//! exactly those bytes.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::detached::Offsets;
+use crate::events::Event;
+use crate::{StepResult, StepStatus};
+
+/// How far a run got, as its log shows it; see the module docs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// Bytes of the log file this mark describes.
+    pub log_len: u64,
+    /// Whether those bytes end a line.
+    pub at_line_start: bool,
+    /// When the run started, once it did.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub run_started_at: Option<OffsetDateTime>,
+    /// The attempt whose environment is the run's now.
+    pub attempt: u32,
+    /// The steps of that attempt that finished, in order.
+    pub finished: Vec<StepResult>,
+    /// The step running, if one is.
+    pub running: Option<RunningStep>,
+    /// Whether the run finished: there is nothing to resume.
+    pub run_finished: bool,
+}
+
+/// The step a [`Mark`] saw running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningStep {
+    /// Its place in the run's steps.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// Bytes of its stdout the log holds.
+    pub stdout: u64,
+    /// Bytes of its stderr the log holds.
+    pub stderr: u64,
+}
+
+impl RunningStep {
+    /// The offsets to follow the step on from.
+    pub fn offsets(&self) -> Offsets {
+        Offsets {
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
+}
+
+/// The mark file of the log at `log`: `LOG.mark`.
+///
+/// ```
+/// let p = executor_core::resume::mark_path("run.log".as_ref());
+/// assert_eq!(p, std::path::PathBuf::from("run.log.mark"));
+/// ```
+pub fn mark_path(log: &Path) -> PathBuf {
+    let mut name = log.as_os_str().to_os_string();
+    name.push(".mark");
+    PathBuf::from(name)
+}
+
+impl Mark {
+    /// Reads the mark of the log at `log`.
+    ///
+    /// # Errors
+    /// `NotFound` when there is none (the log was not made resumable);
+    /// `InvalidData` when it cannot be read as a mark.
+    pub fn read(log: &Path) -> io::Result<Mark> {
+        let bytes = std::fs::read(mark_path(log))?;
+        // The file is rewritten in place: a shorter mark leaves the tail
+        // of a longer one after it, which the first value ends before.
+        serde_json::Deserializer::from_slice(&bytes)
+            .into_iter::<Mark>()
+            .next()
+            .unwrap_or_else(|| Err(serde::de::Error::custom("the mark file is empty")))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Follows one event of the run.
+    pub(crate) fn apply(&mut self, event: &Event) {
+        match event {
+            Event::RunStarted { at, .. } => self.run_started_at = Some(*at),
+            Event::EnvironmentReady { attempt, .. } => {
+                self.attempt = *attempt;
+                self.finished.clear();
+                self.running = None;
+            }
+            Event::StepStarted {
+                at, step, index, ..
+            } => {
+                self.running = Some(RunningStep {
+                    index: *index,
+                    name: step.clone(),
+                    started_at: *at,
+                    stdout: 0,
+                    stderr: 0,
+                });
+            }
+            Event::StepFinished {
+                at,
+                step,
+                status,
+                exit_code,
+                duration_ms,
+                failure,
+                ..
+            } => {
+                let started_at = self.running.take().map(|r| r.started_at);
+                self.finished.push(StepResult {
+                    name: step.clone(),
+                    status: *status,
+                    exit_code: *exit_code,
+                    error: (*status != StepStatus::Success)
+                        .then(|| failure.as_ref().map(|f| f.message.clone()))
+                        .flatten(),
+                    started_at,
+                    finished_at: Some(*at),
+                    duration_ms: *duration_ms,
+                    failure: failure.clone(),
+                });
+            }
+            Event::RunFinished { .. } => {
+                self.run_finished = true;
+                self.running = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The writer thread's side: the mark it keeps and the file it keeps it in.
+pub(crate) struct MarkFile {
+    file: File,
+    pub(crate) mark: Mark,
+    dirty: bool,
+    buf: Vec<u8>,
+}
+
+impl MarkFile {
+    /// A new mark file for a new log at `log`.
+    pub(crate) fn create(log: &Path, mark: Mark) -> io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(mark_path(log))?;
+        let mut made = MarkFile {
+            file,
+            mark,
+            dirty: true,
+            buf: Vec::new(),
+        };
+        made.save()?;
+        Ok(made)
+    }
+
+    /// Bytes written to the log.
+    pub(crate) fn wrote(&mut self, bytes: &[u8], committed: Option<[u64; 2]>) {
+        if !bytes.is_empty() {
+            self.mark.log_len = self
+                .mark
+                .log_len
+                .saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+            self.mark.at_line_start = bytes.ends_with(b"\n");
+        }
+        if let (Some([stdout, stderr]), Some(running)) = (committed, self.mark.running.as_mut()) {
+            running.stdout = stdout;
+            running.stderr = stderr;
+        }
+        self.dirty = true;
+    }
+
+    pub(crate) fn event(&mut self, event: &Event) {
+        self.mark.apply(event);
+        self.dirty = true;
+    }
+
+    /// Writes the mark if it changed. One write at offset 0: a kill cannot
+    /// tear it, and the mark is never ahead of the log.
+    pub(crate) fn save(&mut self) -> io::Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        self.buf.clear();
+        serde_json::to_writer(&mut self.buf, &self.mark).map_err(io::Error::other)?;
+        self.buf.push(b'\n');
+        self.file.write_all_at(&self.buf, 0)?;
+        self.dirty = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! The `resume` subcommand: carry on a run whose runner was killed.
+
+use executor_core::resume::resume_with;
+use executor_core::{DriverOptions, RunLog};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{DockerArgs, ExecutorKind, ResumeArgs};
+use crate::backends::{self, BackendOptions, BuildError};
+use crate::run::{stop_timeout_of, Signals, LOG_PATIENCE};
+use crate::{EXIT_INFRA, EXIT_INPUT};
+
+/// Resumes and returns the process exit code: the run's own, as `run`
+/// would have returned it; 2 when there is nothing to resume.
+pub async fn resume(args: ResumeArgs) -> i32 {
+    let cancel = CancellationToken::new();
+    match Signals::install() {
+        Ok(signals) => {
+            tokio::spawn(signals.cancel_on_signal(cancel.clone()));
+        }
+        Err(err) => tracing::warn!(%err, "cannot listen for signals"),
+    }
+    if args.executor == ExecutorKind::Shell {
+        say!(
+            "runner-cli: --executor shell cannot resume a run: its steps are the runner's own processes and ended with it"
+        );
+        return EXIT_INPUT;
+    }
+    let secrets = match crate::secrets::from_environment(&args.secrets).and_then(|mut s| {
+        s.extend(crate::secrets::from_files(&args.secret_files)?);
+        Ok(s)
+    }) {
+        Ok(secrets) => secrets,
+        Err(err) => {
+            say!("runner-cli: {err:#}");
+            return EXIT_INPUT;
+        }
+    };
+    let masker = executor_core::Masker::new(secrets.iter().map(|(_, v)| v));
+    crate::secrets::mask_from_now_on(&masker);
+    // Read first, and refused before anything is asked of the engine.
+    match executor_core::resume::Mark::read(&args.log) {
+        Ok(mark) if mark.run_finished => {
+            say!(
+                "runner-cli: run {} already finished: --log {} says so, and its result was written",
+                args.name,
+                args.log.display()
+            );
+            return EXIT_INPUT;
+        }
+        Ok(_) => {}
+        Err(err) => {
+            say!(
+                "runner-cli: --log {}: its mark {} cannot be read ({err}); only a log that `runner-cli run --log FILE` wrote can be resumed",
+                args.log.display(),
+                executor_core::resume::mark_path(&args.log).display()
+            );
+            return EXIT_INPUT;
+        }
+    }
+    let docker: &DockerArgs = &args.docker;
+    let options = BackendOptions {
+        shell_root: None,
+        docker,
+        k8s: &args.k8s,
+        cap_add: &[],
+        untrusted: false,
+        for_cleanup: false,
+        dry_run: false,
+    };
+    let executor = match backends::build(args.executor, &options).await {
+        Ok(executor) => executor,
+        Err(BuildError::Input(err)) => {
+            say!("runner-cli: {err:#}");
+            return EXIT_INPUT;
+        }
+        Err(BuildError::Infrastructure(err)) => {
+            say!("runner-cli: {err}");
+            return err.failure(err.to_string()).kind.exit_code();
+        }
+    };
+    let live = tokio::select! {
+        live = executor.reattach(&args.runner, &args.name) => live,
+        _ = cancel.cancelled() => {
+            say!("runner-cli: cancelled while finding run {}; it is left as it was", args.name);
+            return crate::EXIT_CANCELLED;
+        }
+    };
+    let live = match live {
+        Ok(live) => live,
+        Err(err @ executor_core::ExecutorError::InvalidInput(_)) => {
+            say!("runner-cli: resume: {err}");
+            return EXIT_INPUT;
+        }
+        Err(err) => {
+            say!("runner-cli: resume: {err}");
+            return err.failure(err.to_string()).kind.exit_code();
+        }
+    };
+    let spec = match live.plan.clone().into_spec(args.outputs.clone(), secrets) {
+        Ok(spec) => spec,
+        Err(err) => {
+            say!(
+                "runner-cli: resume: {}; run {} is left as it was",
+                crate::flags::as_flags(&err.to_string()),
+                args.name
+            );
+            return EXIT_INPUT;
+        }
+    };
+    let (log, mark) = match RunLog::resume(&args.log) {
+        Ok(opened) => opened,
+        Err(err) => {
+            say!("runner-cli: --log {}: {err}", args.log.display());
+            return EXIT_INPUT;
+        }
+    };
+    if args.timestamps {
+        log.timestamps();
+    }
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(executor_core::CacheStore::default_dir);
+    let driver = DriverOptions {
+        caches: Some(executor_core::CacheStore::new(
+            cache_dir,
+            u64::try_from(args.cache_max).unwrap_or(u64::MAX),
+        )),
+        journal: Some(crate::args::journal(args.cache_dir.as_deref())),
+        stop_timeout: stop_timeout_of(args.executor, &args.k8s),
+        ..DriverOptions::default()
+    };
+    let mut result = resume_with(
+        executor.as_ref(),
+        &live,
+        &spec,
+        &mark,
+        &log,
+        cancel,
+        &driver,
+    )
+    .await;
+    result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
+    let written = result.write_to(&args.result);
+    if !log.flush(LOG_PATIENCE).await {
+        say!(
+            "runner-cli: the run log {} took nothing for {LOG_PATIENCE:?}; its end is lost",
+            args.log.display()
+        );
+    }
+    if let Err(err) = written {
+        say!("runner-cli: {err}");
+        return EXIT_INFRA;
+    }
+    if let Some(error) = &result.error {
+        say!("runner-cli: run {}: {error}", result.name);
+    }
+    result.exit_code()
+}
