@@ -429,3 +429,164 @@ async fn retry_recovers_from_a_container_removed_mid_step() {
     assert_eq!(result.failure, None);
     assert!(probe.leftovers(&runner).await.unwrap().is_empty());
 }
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = format!("did:plc:resumed-{}", std::process::id());
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(
+        &steps,
+        "first\techo first > first.txt\n\
+         slow\ti=1; while [ $i -le 50 ]; do echo tick-$i; echo \"err-$i $TOKEN\" >&2; sleep 0.1; i=$((i+1)); done; cp first.txt \"$OUTPUTS_DIR/\"\n\
+         last\techo last-ran; exit 3\n",
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let outputs = dir.path().join("outputs");
+    let token = "tok-resumed-7f3a";
+    let mut args = run_logging_to_stdout("resumed", &runner, dir.path(), &steps);
+    // The log goes to a file, the events to stdout for the test to follow.
+    let at = args.iter().position(|a| a == "--log").unwrap();
+    args.drain(at..at + 2);
+    for (flag, value) in [
+        ("--log", log.as_os_str()),
+        ("--outputs", outputs.as_os_str()),
+        ("--events", "-".as_ref()),
+        ("--secret", "TOKEN".as_ref()),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
+    let mut child = cli()
+        .args(args)
+        .env("TOKEN", token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut events = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("tick-5\\n") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut events, &mut line).unwrap() > 0);
+    }
+    child.kill().unwrap(); // SIGKILL, mid-step
+    child.wait().unwrap();
+
+    let resume = |secret: bool| {
+        let mut cmd = cli();
+        cmd.args(["resume", "--executor", "docker", "--name", "resumed"])
+            .args(["--runner", &runner])
+            .arg("--log")
+            .arg(&log)
+            .arg("--outputs")
+            .arg(&outputs)
+            .arg("--result")
+            .arg(dir.path().join("resumed.json"))
+            .env("TOKEN", token);
+        if secret {
+            cmd.args(["--secret", "TOKEN"]);
+        }
+        cmd.output().unwrap()
+    };
+    // Without the secret the log could not mask it: refused, run left as it is.
+    let refused = resume(false);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("TOKEN"), "{said}");
+
+    let resumed = resume(true);
+    let said = String::from_utf8_lossy(&resumed.stderr).into_owned();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(resumed.status.code(), Some(1), "{said}\n{text}");
+    let r = result(&dir.path().join("resumed.json"));
+    let steps: Vec<_> = r
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.exit_code))
+        .collect();
+    assert_eq!(
+        steps,
+        [("first", Some(0)), ("slow", Some(0)), ("last", Some(3))],
+        "{text}"
+    );
+    for stream in ["tick-", "err-"] {
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(stream)).collect();
+        let want: Vec<String> = (1..=50)
+            .map(|i| match stream {
+                "tick-" => format!("tick-{i}"),
+                _ => format!("err-{i} [MASKED]"),
+            })
+            .collect();
+        assert_eq!(lines, want, "every {stream} line once, in order:\n{text}");
+    }
+    assert!(!text.contains(token), "{text}");
+    assert!(text.contains("last-ran"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(outputs.join("first.txt")).unwrap(),
+        "first\n"
+    );
+    let left = cli()
+        .args([
+            "cleanup",
+            "--executor",
+            "docker",
+            "--force",
+            "--runner",
+            &runner,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&left.stdout).contains("0 removed"),
+        "the resumed run left its container"
+    );
+
+    // Finished: a second resume has nothing to carry on.
+    let again = resume(true);
+    let said = String::from_utf8_lossy(&again.stderr).into_owned();
+    assert_eq!(again.status.code(), Some(2), "{said}");
+    assert!(said.contains("already finished"), "{said}");
+}
+
+#[test]
+fn resume_of_an_unknown_log_or_on_the_shell_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli()
+        .args([
+            "resume",
+            "--executor",
+            "shell",
+            "--name",
+            "x",
+            "--runner",
+            "did:plc:x",
+        ])
+        .arg("--log")
+        .arg(dir.path().join("run.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot resume"));
+    let out = cli()
+        .args([
+            "resume",
+            "--executor",
+            "docker",
+            "--name",
+            "x",
+            "--runner",
+            "did:plc:x",
+        ])
+        .arg("--log")
+        .arg(dir.path().join("run.log"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("mark"), "{said}");
+}

@@ -479,3 +479,72 @@ fn a_status_is_a_number_from_0_to_255() {
         assert_eq!(parse_status(bad), None, "{bad:?}");
     }
 }
+
+/// Runs `start` as a resumed step: one an earlier runner may have
+/// started, whose log had `from` of it.
+async fn resumed(
+    exec: &HostExec,
+    files: &StepFiles,
+    start: &[String],
+    from: Offsets,
+) -> (StepEnd, (String, String)) {
+    let (log, _) = RunLog::memory();
+    let outputs = Outputs::attach(&log);
+    let follow = Follow {
+        from: Some(from),
+        ..FOLLOW_NOW
+    };
+    let end = run_step(exec, files, start, &log, &CancellationToken::new(), follow)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    log.flush(Duration::from_secs(30)).await;
+    (end, outputs.get())
+}
+
+#[tokio::test]
+async fn a_resumed_step_is_followed_from_its_logs_bytes_and_never_run_twice() {
+    for shell in shells() {
+        let (dir, files) = state();
+        let runs = dir.path().join("runs");
+        let script = format!("echo ran >> '{}'; {NUMBERED}", runs.display());
+        let start = files.start_argv("", Script::Inline(&script));
+        // The earlier runner: the step ran to its end under it.
+        assert_eq!(
+            to_end(&HostExec::new(&shell, &[]), &files, &start).await,
+            StepEnd::Exited(7)
+        );
+        let all = numbered_lines();
+        let had = 1234;
+        let exec = HostExec::new(&shell, &[]);
+        let (end, (out, err)) = resumed(
+            &exec,
+            &files,
+            &start,
+            Offsets {
+                stdout: had,
+                stderr: 0,
+            },
+        )
+        .await;
+        assert_eq!(end, StepEnd::Exited(7), "{shell:?}");
+        assert_eq!(out, all[had as usize..], "{shell:?}");
+        assert_eq!(err, "done\n", "{shell:?}");
+        let ran = std::fs::read_to_string(&runs).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ran, "ran\n", "the step ran again under {shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_step_that_never_started_is_started() {
+    for shell in shells() {
+        let (_dir, files) = state();
+        let exec = HostExec::new(&shell, &[]);
+        let start = files.start_argv("", Script::Inline(NUMBERED));
+        let (end, (out, err)) = resumed(&exec, &files, &start, Offsets::default()).await;
+        assert_eq!(end, StepEnd::Exited(7), "{shell:?}");
+        assert_eq!(out, numbered_lines(), "{shell:?}");
+        assert_eq!(err, "done\n", "{shell:?}");
+        let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len();
+        assert_eq!(execs, 2, "a probe, then the start: {shell:?}");
+    }
+}
