@@ -408,27 +408,18 @@ pub async fn run_step(
     let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
     let first = match follow.from {
         None => exec.exec(start, &mut out, &mut err, interrupt).await?,
-        Some(_) => {
-            let probe = reopened(
-                exec,
-                &files.started_argv(),
-                &mut tokio::io::sink(),
-                &mut tokio::io::sink(),
-                follow.reconnect,
-                log,
-                interrupt,
-            )
-            .await?;
-            match probe {
-                ExecEnd::Exited(0) => ExecEnd::Cut("the runner that started it is gone".into()),
-                ExecEnd::Interrupted => return killed(exec, files).await,
-                // Never started, or the probe's answer was lost: a start
-                // that finds the pipes made follows the first.
-                ExecEnd::Exited(_) | ExecEnd::Cut(_) => {
-                    exec.exec(start, &mut out, &mut err, interrupt).await?
-                }
+        Some(from) => match started(exec, files, follow, log, interrupt).await? {
+            Some(true) => ExecEnd::Cut("the runner that started it is gone".into()),
+            Some(false) if from == Offsets::default() => {
+                exec.exec(start, &mut out, &mut err, interrupt).await?
             }
-        }
+            // Its log has output of it, yet its files are gone.
+            Some(false) => return Ok(StepEnd::Lost(
+                "the step's files are gone from the environment, though the log has output of it"
+                    .into(),
+            )),
+            None => return killed(exec, files).await,
+        },
     };
     let why = match first {
         ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),
@@ -536,6 +527,39 @@ pub async fn run_step(
             ExecEnd::Cut(again) => why = Some(again),
         }
     }
+}
+
+/// Whether an earlier runner started the step (its pipes are there);
+/// `None` when the interrupt fired. A probe whose answer was lost is
+/// asked again: a start on a guess could run the step twice.
+async fn started(
+    exec: &dyn StepExec,
+    files: &StepFiles,
+    follow: Follow,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+) -> Result<Option<bool>, ExecutorError> {
+    for _ in 0..=MAX_IDLE_CUTS {
+        let probe = reopened(
+            exec,
+            &files.started_argv(),
+            &mut tokio::io::sink(),
+            &mut tokio::io::sink(),
+            follow.reconnect,
+            log,
+            interrupt,
+        )
+        .await?;
+        match probe {
+            ExecEnd::Exited(code) => return Ok(Some(code == 0)),
+            ExecEnd::Interrupted => return Ok(None),
+            ExecEnd::Cut(_) => continue,
+        }
+    }
+    Err(ExecutorError::LostExitStatus {
+        what: "finding whether the step was started".into(),
+        detail: format!("the probe's stream broke {} times", MAX_IDLE_CUTS + 1),
+    })
 }
 
 /// A stream's offset now: what came, and what was skipped.

@@ -108,6 +108,15 @@ impl Mark {
             Event::StepStarted {
                 at, step, index, ..
             } => {
+                // A resumed step is announced again: what the log holds
+                // of it stays counted.
+                if self
+                    .running
+                    .as_ref()
+                    .is_some_and(|r| r.index == *index && r.name == *step)
+                {
+                    return;
+                }
                 self.running = Some(RunningStep {
                     index: *index,
                     name: step.clone(),
@@ -157,12 +166,15 @@ pub(crate) struct MarkFile {
 }
 
 impl MarkFile {
-    /// A new mark file for a new log at `log`.
+    /// The mark file of the log at `log`, holding `mark` from now on.
     pub(crate) fn create(log: &Path, mark: Mark) -> io::Result<Self> {
+        // Never cut: a runner killed between a cut and the first write
+        // would leave no mark at all. An older, longer mark's tail after
+        // the new one is never read.
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .open(mark_path(log))?;
         let mut made = MarkFile {
             file,
