@@ -6,8 +6,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{DockerArgs, ExecutorKind, ResumeArgs};
 use crate::backends::{self, BackendOptions, BuildError};
-use crate::run::{stop_timeout_of, Signals, LOG_PATIENCE};
-use crate::{EXIT_INFRA, EXIT_INPUT};
+use crate::run::{report, stop_timeout_of, Signals};
+use crate::EXIT_INPUT;
 
 /// Resumes and returns the process exit code: the run's own, as `run`
 /// would have returned it; 2 when there is nothing to resume.
@@ -130,7 +130,7 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         stop_timeout: stop_timeout_of(args.executor, &args.k8s),
         ..DriverOptions::default()
     };
-    let mut result = resume_with(
+    let result = resume_with(
         executor.as_ref(),
         &live,
         &spec,
@@ -140,20 +140,5 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         &driver,
     )
     .await;
-    result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
-    let written = result.write_to(&args.result);
-    if !log.flush(LOG_PATIENCE).await {
-        say!(
-            "runner-cli: the run log {} took nothing for {LOG_PATIENCE:?}; its end is lost",
-            args.log.display()
-        );
-    }
-    if let Err(err) = written {
-        say!("runner-cli: {err}");
-        return EXIT_INFRA;
-    }
-    if let Some(error) = &result.error {
-        say!("runner-cli: run {}: {error}", result.name);
-    }
-    result.exit_code()
+    report(result, &log, &args.result, &args.log.display().to_string()).await
 }

@@ -18,7 +18,7 @@ use crate::{EXIT_CANCELLED, EXIT_INFRA, EXIT_INPUT};
 
 /// How long the end of a run waits for a log destination that takes no
 /// bytes at all (a reader that stopped reading) before giving up on it.
-pub(crate) const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs and returns the process exit code.
 pub async fn run(args: RunArgs) -> i32 {
@@ -150,15 +150,24 @@ pub async fn run(args: RunArgs) -> i32 {
     if args.dry_run {
         return 0;
     }
+    report(result, &log, &args.result, &args.log).await
+}
+
+/// Writes the run's result to `path`, lets the log `log_name` drain, and
+/// returns the process exit code: the end of `run` and of `resume`.
+pub(crate) async fn report(
+    mut result: RunResult,
+    log: &RunLog,
+    path: &Path,
+    log_name: &str,
+) -> i32 {
     // The result first: it is the record, and a log whose reader stopped
     // reading must not hold it back. It names the flags its reader set.
-    let mut result = result;
     result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
-    let written = result.write_to(&args.result);
+    let written = result.write_to(path);
     if !log.flush(LOG_PATIENCE).await {
         say!(
-            "runner-cli: the run log {} took nothing for {LOG_PATIENCE:?}; its end is lost",
-            args.log
+            "runner-cli: the run log {log_name} took nothing for {LOG_PATIENCE:?}; its end is lost"
         );
     }
     if let Err(err) = written {
