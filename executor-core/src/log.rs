@@ -170,7 +170,10 @@ impl RunLog {
 
     /// A log written to `path`, created or truncated, with a mark beside
     /// it (`PATH.mark`, see [`crate::resume`]) from which a new runner
-    /// process can carry the run on if this one is killed.
+    /// process can carry the run on if this one is killed. A `path` that
+    /// is not a regular file (`/dev/null`, a pipe, a terminal) gets no
+    /// mark: such a log cannot be cut back and carried on, and a mark
+    /// beside it would land in `/dev`.
     ///
     /// # Errors
     /// The error of creating `path` or its mark.
@@ -189,6 +192,9 @@ impl RunLog {
     /// ```
     pub fn create_resumable(path: &Path) -> io::Result<Self> {
         let file = File::create(path)?;
+        if !file.metadata()?.is_file() {
+            return Ok(Self::new(file));
+        }
         let mark = MarkFile::create(
             path,
             Mark {

@@ -298,6 +298,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_log_that_is_not_a_regular_file_gets_no_mark() {
+        let null = Path::new("/dev/null");
+        let mark = mark_path(null);
+        if mark.exists() {
+            // Left by a runner before this test; not this test's to judge.
+            let _ = std::fs::remove_file(&mark);
+        }
+        let log = RunLog::create_resumable(null).unwrap_or_else(|e| panic!("{e}"));
+        started(&log);
+        log.output(b"one\n").await;
+        assert!(log.flush(Duration::from_secs(10)).await);
+        let made = mark.exists();
+        let _ = std::fs::remove_file(&mark);
+        assert!(!made, "a mark was written at {}", mark.display());
+    }
+
+    #[tokio::test]
     async fn a_resumed_log_is_cut_back_to_its_mark_and_goes_on_after_it() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("run.log");
