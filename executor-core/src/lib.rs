@@ -21,6 +21,7 @@
 #![warn(clippy::missing_errors_doc)]
 
 pub mod cache;
+pub mod container;
 pub mod detached;
 mod driver;
 mod error;

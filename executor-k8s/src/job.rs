@@ -2,9 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use executor_core::labels::{
-    dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
-};
+use executor_core::container::{environment_name, Marks, KEEP_ALIVE};
+use executor_core::labels::{label_value, RUNNER_LABEL};
 use executor_core::RunSpec;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
@@ -14,8 +13,8 @@ use crate::K8sOptions;
 
 /// The container's name in the pod.
 pub const CONTAINER: &str = "run";
-/// The folder, an emptyDir, holding step pid files.
-pub const STATE_DIR: &str = "/.knotless";
+/// The folder, an emptyDir, holding the runner's own files.
+pub use executor_core::container::STATE_DIR;
 
 /// Names and labels of one run's objects.
 #[derive(Debug, Clone)]
@@ -41,20 +40,14 @@ pub fn objects(
     options: &K8sOptions,
     suffix: &str,
     now: u64,
+    plan_digest: &str,
 ) -> Result<RunObjects, String> {
     let image = run.image_for("k8s").map_err(|e| e.to_string())?.to_string();
-    let name = format!("knotless-{}-{suffix}", dns_name(&[&run.name], 40));
-    // The Job outlives every phase the driver may still use it for.
+    let name = environment_name(run, suffix);
+    let marks = Marks::of(run, now, options.grace, plan_digest);
     let deadline = run.lifetime().saturating_add(options.grace).as_secs();
-    let labels = BTreeMap::from([
-        (RUNNER_LABEL.to_string(), label_value(&run.runner)),
-        (RUN_LABEL.to_string(), label_value(&run.name)),
-    ]);
-    let annotations = BTreeMap::from([
-        (RUNNER_RAW_KEY.to_string(), run.runner.clone()),
-        (RUN_RAW_KEY.to_string(), run.name.clone()),
-        (EXPIRES_KEY.to_string(), (now + deadline).to_string()),
-    ]);
+    let labels: BTreeMap<_, _> = marks.labels.into_iter().collect();
+    let annotations: BTreeMap<_, _> = marks.notes.into_iter().collect();
 
     let mut data = BTreeMap::new();
     for (key, value) in &run.env {
@@ -96,7 +89,7 @@ pub fn objects(
         "containers": [{
             "name": CONTAINER,
             "image": image,
-            "command": ["sh", "-c", "while :; do sleep 3600; done"],
+            "command": KEEP_ALIVE,
             "workingDir": "/work",
             "env": [
                 {"name": "WORK_DIR", "value": "/work"},
@@ -196,6 +189,7 @@ pub fn runner_selector(runner: &str) -> String {
 mod tests {
     use std::time::Duration;
 
+    use executor_core::labels::EXPIRES_KEY;
     use executor_core::mask::Secret;
 
     use super::*;
@@ -211,7 +205,7 @@ mod tests {
     fn the_job_outlives_the_outputs_phase() {
         let run = spec();
         let options = K8sOptions::default();
-        let objects = objects(&run, &options, "abc", 1000).unwrap();
+        let objects = objects(&run, &options, "abc", 1000, "00").unwrap();
         let job = serde_json::to_value(&objects.job).unwrap();
         let lives = 600 + run.outputs_timeout.as_secs();
         let deadline = job["spec"]["activeDeadlineSeconds"].as_u64().unwrap();
@@ -230,7 +224,7 @@ mod tests {
     #[test]
     fn the_step_container_drops_every_capability_unless_asked() {
         let container = |options: &K8sOptions| {
-            let job = objects(&spec(), options, "abc", 1000).unwrap().job;
+            let job = objects(&spec(), options, "abc", 1000, "00").unwrap().job;
             serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"]["containers"][0]
                 ["securityContext"]
                 .clone()
@@ -256,7 +250,7 @@ mod tests {
 
     #[test]
     fn secret_values_go_in_the_secret_only() {
-        let objects = objects(&spec(), &K8sOptions::default(), "abc", 1000).unwrap();
+        let objects = objects(&spec(), &K8sOptions::default(), "abc", 1000, "00").unwrap();
         let job = serde_json::to_string(&objects.job).unwrap();
         assert!(!job.contains("s3cr3t-value"), "{job}");
         let secret = objects.secret.unwrap();

@@ -1,6 +1,7 @@
 //! The run's container: its spec, its image, its folders and checkout.
 
 use super::*;
+use executor_core::container::{environment_name, name_suffix, Marks, KEEP_ALIVE};
 
 impl DockerExecutor {
     pub(super) fn container_spec(
@@ -9,32 +10,18 @@ impl DockerExecutor {
         image: &str,
         plan_digest: &str,
     ) -> ContainerSpec {
-        // The container outlives every phase the driver may still use it for.
-        let expires = executor_core::labels::unix_now().saturating_add(
-            run.lifetime()
-                .saturating_add(self.options.expiry_grace)
-                .as_secs(),
+        let marks = Marks::of(
+            run,
+            executor_core::labels::unix_now(),
+            self.options.expiry_grace,
+            plan_digest,
         );
-        let labels = HashMap::from([
-            (RUNNER_LABEL.to_string(), label_value(&run.runner)),
-            (RUN_LABEL.to_string(), label_value(&run.name)),
-            (RUNNER_RAW_KEY.to_string(), run.runner.clone()),
-            (RUN_RAW_KEY.to_string(), run.name.clone()),
-            (EXPIRES_KEY.to_string(), expires.to_string()),
-            (PLAN_DIGEST_KEY.to_string(), plan_digest.to_string()),
-        ]);
+        // A label holds any value on Docker: the notes go with the labels.
+        let labels = marks.labels.into_iter().chain(marks.notes).collect();
         ContainerSpec {
-            name: format!(
-                "knotless-{}-{}",
-                dns_name(&[&run.name], 40),
-                random_suffix()
-            ),
+            name: environment_name(run, &name_suffix()),
             image: image.to_string(),
-            cmd: vec![
-                "sh".into(),
-                "-c".into(),
-                "while :; do sleep 3600; done".into(),
-            ],
+            cmd: KEEP_ALIVE.map(String::from).to_vec(),
             labels,
             // The keep-alive runs as the image's user; only steps run as
             // --user, so the runner's own root execs keep their capabilities.

@@ -3,6 +3,7 @@
 //! container gone.
 
 use super::*;
+use executor_core::container::StepEnvironment;
 use executor_core::detached::{ExecEnd, StepExec};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -145,6 +146,15 @@ pub(super) struct StepChannel<'a> {
     pub(super) id: &'a str,
     pub(super) env: Vec<(String, String)>,
     pub(super) working_dir: String,
+}
+
+/// The container's state and counters explain an ending the code cannot.
+#[async_trait]
+impl StepEnvironment for StepChannel<'_> {
+    async fn explain(&self, code: Option<i32>) -> Result<Option<CommandOutcome>, ExecutorError> {
+        let oom = self.executor.explain(self.id, code.map(i64::from)).await?;
+        Ok(oom.map(|detail| CommandOutcome::OutOfMemory { code, detail }))
+    }
 }
 
 #[async_trait]

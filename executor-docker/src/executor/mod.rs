@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::labels::{
-    dns_name, label_value, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL, RUN_RAW_KEY,
+use executor_core::container::{
+    expired, is_runners, run_command, the_live_run, Place, StepStart, STATE_DIR,
 };
+use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
 use executor_core::tar::{
     pack_dir, pack_folders, unpack_untrusted, PackedFolder, UnpackLimits, UnpackSummary,
 };
@@ -21,16 +22,13 @@ use tokio_util::io::StreamReader;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{ContainerSpec, Engine, ExecSpec};
-use executor_core::detached::{run_step, Follow, StepEnd, StepFiles};
-use executor_core::resume::{read_plan, Reattached, RunPlan, PLAN_DIGEST_KEY};
-use executor_core::script::{Script, ScriptFiles};
+use executor_core::resume::{read_plan, Reattached, RunPlan};
+use executor_core::script::ScriptFiles;
 
 mod container;
 mod execs;
 use crate::{DockerOptions, PullPolicy};
 
-/// Folder in the container for the runner's own bookkeeping (step pid files).
-const STATE_DIR: &str = "/.knotless";
 /// How long an exec may take to report that it stopped after its output ended.
 const EXEC_SETTLE: Duration = Duration::from_secs(30);
 
@@ -105,7 +103,7 @@ impl DockerExecutor {
         // The sanitised label could in principle be shared; the raw DID decides.
         Ok(found
             .into_iter()
-            .filter(|c| c.labels.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner))
+            .filter(|c| is_runners(&c.labels, runner))
             .map(|c| (c.id, c.labels))
             .collect())
     }
@@ -166,62 +164,20 @@ impl Executor for DockerExecutor {
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError> {
         let id = run.id.as_str();
-        let files = StepFiles::of(step, STATE_DIR)?;
-        let file = self
-            .live()
-            .get(id)
-            .and_then(|files| files.path_of(&step.script));
-        let script = match &file {
-            Some(path) => Script::File(path),
-            // A script the run was not started with: in the command line.
-            None => Script::Inline(&step.script),
-        };
-        let start = files.start_argv("", script);
+        // A script the run was not started with goes in the command line.
+        let scripts = self.live().get(id).cloned().unwrap_or_default();
         let channel = execs::StepChannel {
             executor: self,
             id,
             env: step.env.clone(),
             working_dir: run.work_dir.clone(),
         };
-        let follow = Follow {
+        let start = StepStart {
+            scripts: &scripts,
+            prelude: "",
             reconnect: self.options.reconnect_timeout,
-            from: step.follow_from,
         };
-        let ended = match run_step(&channel, &files, &start, log, &interrupt, follow).await {
-            Ok(ended) => ended,
-            Err(err) => {
-                // A container removed under the step is lost, not an
-                // engine error.
-                self.explain(id, None).await?;
-                return Err(err);
-            }
-        };
-        match ended {
-            StepEnd::Exited(code) => {
-                // Any failure may be an OOM kill the shell passed on as
-                // its own code: the container's counters say, not the code.
-                let oom = if code != 0 {
-                    self.explain(id, Some(i64::from(code))).await?
-                } else {
-                    None
-                };
-                Ok(match oom {
-                    Some(detail) => CommandOutcome::OutOfMemory {
-                        code: Some(code),
-                        detail,
-                    },
-                    None => CommandOutcome::exited(code),
-                })
-            }
-            StepEnd::Interrupted => Ok(CommandOutcome::Interrupted),
-            StepEnd::Lost(detail) => {
-                self.explain(id, None).await?;
-                Err(ExecutorError::LostExitStatus {
-                    what: format!("step {}", step.name),
-                    detail,
-                })
-            }
-        }
+        run_command(&channel, step, start, log, &interrupt).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -280,34 +236,14 @@ impl Executor for DockerExecutor {
     }
 
     async fn reattach(&self, runner: &str, name: &str) -> Result<Reattached, ExecutorError> {
-        let mut found: Vec<_> = self
-            .runner_containers(runner)
-            .await?
-            .into_iter()
-            .filter(|(_, labels)| labels.get(RUN_RAW_KEY).map(String::as_str) == Some(name))
-            .collect();
-        let (id, labels) = match (found.pop(), found.len()) {
-            (Some(one), 0) => one,
-            (None, _) => {
-                return Err(ExecutorError::InvalidInput(format!(
-                    "no live run {name:?} of runner {runner} on the engine: it finished and was stopped, or never started"
-                )))
-            }
-            (Some(_), more) => {
-                return Err(ExecutorError::InvalidInput(format!(
-                    "{} containers of run {name:?} of runner {runner} on the engine; remove the stale ones with cleanup",
-                    more + 1
-                )))
-            }
+        let place = Place {
+            kind: "container",
+            place: "on the engine",
         };
-        let digest = labels.get(PLAN_DIGEST_KEY).ok_or_else(|| {
-            ExecutorError::InvalidInput(format!(
-                "container {} of run {name:?} has no {PLAN_DIGEST_KEY} label: a runner without resume started it",
-                short(&id)
-            ))
-        })?;
+        let found = self.runner_containers(runner).await?;
+        let ((id, _), digest) = the_live_run(found, |(_, l)| Some(l), runner, name, place)?;
         let handle = RunHandle::in_container(id.clone());
-        let plan = read_plan(self, &handle, STATE_DIR, digest).await?;
+        let plan = read_plan(self, &handle, STATE_DIR, &digest).await?;
         self.live()
             .insert(id, ScriptFiles::planned(&plan.spec(), STATE_DIR));
         Ok(Reattached { handle, plan })
@@ -324,11 +260,7 @@ impl Executor for DockerExecutor {
             if self.live().contains_key(&id) {
                 continue;
             }
-            let expired = labels
-                .get(EXPIRES_KEY)
-                .and_then(|e| e.parse::<u64>().ok())
-                .is_none_or(|e| e <= now);
-            if scope == CleanupScope::All || expired {
+            if scope == CleanupScope::All || expired(&labels, now) {
                 self.engine.remove(&id).await?;
                 tracing::info!(container = %id, "removed a leftover container");
                 removed.push(id);
@@ -349,10 +281,6 @@ impl Executor for DockerExecutor {
 /// The short form of a container id, as the docker CLI prints it.
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
-}
-
-fn random_suffix() -> String {
-    executor_core::labels::random_hex(8)
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::labels::{EXPIRES_KEY, RUNNER_RAW_KEY, RUN_RAW_KEY};
+use executor_core::container::{
+    expired, is_runners, name_suffix, run_command, the_live_run, Place, StepStart,
+};
 use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
@@ -19,9 +21,8 @@ use crate::access;
 use crate::cluster::Cluster;
 use crate::job::{objects, runner_selector, STATE_DIR};
 use crate::{wait, K8sOptions};
-use executor_core::detached::{run_step, Follow, StepEnd, StepFiles};
-use executor_core::resume::{read_plan, Reattached, RunPlan, PLAN_DIGEST_KEY};
-use executor_core::script::{Script, ScriptFiles};
+use executor_core::resume::{read_plan, Reattached, RunPlan};
+use executor_core::script::ScriptFiles;
 
 mod pod_exec;
 mod variables;
@@ -53,10 +54,6 @@ struct LiveRun {
 /// How long the pod's status may lag a container that stopped under a
 /// step: the kubelet reports a kill on its next status sync.
 const STATUS_LAG: Duration = Duration::from_secs(30);
-
-fn random_suffix() -> String {
-    executor_core::labels::random_hex(6)
-}
 
 impl K8sExecutor {
     /// An executor over any cluster seam (real, dry-run, mock).
@@ -244,21 +241,16 @@ impl Executor for K8sExecutor {
                  the checkout and secrets go to whoever answers as the API server",
             );
         }
-        let mut objects = objects(
-            run,
-            &self.options,
-            &random_suffix(),
-            executor_core::labels::unix_now(),
-        )
-        .map_err(ExecutorError::InvalidInput)?;
         // The plan a resume reads back; its digest where no step can change it.
         let plan = RunPlan::of(run).to_json();
-        objects
-            .job
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(PLAN_DIGEST_KEY.to_string(), RunPlan::digest(&plan));
+        let objects = objects(
+            run,
+            &self.options,
+            &name_suffix(),
+            executor_core::labels::unix_now(),
+            &RunPlan::digest(&plan),
+        )
+        .map_err(ExecutorError::InvalidInput)?;
         let name = objects.name.clone();
         if let Some(secret) = &objects.secret {
             self.cluster.create_secret(secret).await?;
@@ -374,51 +366,16 @@ impl Executor for K8sExecutor {
             "cd {} && ",
             executor_core::script::quote(&run.work_dir)
         ));
-        let files = StepFiles::of(step, STATE_DIR)?;
-        let file = live.scripts.path_of(&step.script);
-        let script = match &file {
-            Some(path) => Script::File(path),
-            // A script the run was not started with: in the command line.
-            None => Script::Inline(&step.script),
-        };
-        let start = files.start_argv(&prelude, script);
         let channel = pod_exec::StepChannel {
             executor: self,
-            pod: &live.pod,
+            live: &live,
         };
-        let follow = Follow {
+        let start = StepStart {
+            scripts: &live.scripts,
+            prelude: &prelude,
             reconnect: self.options.reconnect_timeout,
-            from: step.follow_from,
         };
-        let ended = match run_step(&channel, &files, &start, log, &interrupt, follow).await {
-            Ok(ended) => ended,
-            // A pod gone under the step is lost, not a refused call.
-            Err(err) => match self.lost_environment(&live).await {
-                Some(fate) => return step_fate(fate, None),
-                None => return Err(err),
-            },
-        };
-        match ended {
-            StepEnd::Exited(code) => {
-                // Any failure may be an OOM kill the shell passed on as its
-                // own code, or the pod dying under the step: the pod's
-                // status says, not the code.
-                if code != 0 {
-                    if let Some(fate) = self.lost_environment(&live).await {
-                        return step_fate(fate, Some(code));
-                    }
-                }
-                Ok(CommandOutcome::exited(code))
-            }
-            StepEnd::Interrupted => Ok(CommandOutcome::Interrupted),
-            StepEnd::Lost(detail) => match self.lost_environment(&live).await {
-                Some(fate) => step_fate(fate, None),
-                None => Err(ExecutorError::LostExitStatus {
-                    what: format!("step {}", step.name),
-                    detail,
-                }),
-            },
-        }
+        run_command(&channel, step, start, log, &interrupt).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -477,36 +434,25 @@ impl Executor for K8sExecutor {
 
     async fn reattach(&self, runner: &str, name: &str) -> Result<Reattached, ExecutorError> {
         self.check_run_permissions().await?;
-        let mut found: Vec<_> = self
+        let jobs: Vec<_> = self
             .cluster
             .list_jobs(&runner_selector(runner))
             .await?
             .into_iter()
-            .filter(|job| {
-                let notes = job.metadata.annotations.as_ref();
-                job.metadata.deletion_timestamp.is_none()
-                    && notes
-                        .and_then(|a| a.get(RUNNER_RAW_KEY))
-                        .map(String::as_str)
-                        == Some(runner)
-                    && notes.and_then(|a| a.get(RUN_RAW_KEY)).map(String::as_str) == Some(name)
-            })
+            .filter(|job| job.metadata.deletion_timestamp.is_none())
             .collect();
-        let job = match (found.pop(), found.len()) {
-            (Some(one), 0) => one,
-            (None, _) => {
-                return Err(ExecutorError::InvalidInput(format!(
-                    "no live run {name:?} of runner {runner} in namespace {}: it finished and was stopped, or never started",
-                    self.cluster.namespace()
-                )))
-            }
-            (Some(_), more) => {
-                return Err(ExecutorError::InvalidInput(format!(
-                    "{} Jobs of run {name:?} of runner {runner}; remove the stale ones with cleanup",
-                    more + 1
-                )))
-            }
+        let place = format!("in namespace {}", self.cluster.namespace());
+        let place = Place {
+            kind: "Job",
+            place: &place,
         };
+        let (job, digest) = the_live_run(
+            jobs,
+            |j| j.metadata.annotations.as_ref(),
+            runner,
+            name,
+            place,
+        )?;
         let job_name = job.metadata.name.clone().unwrap_or_default();
         let status = job.status.as_ref();
         if status.and_then(|s| s.succeeded).unwrap_or(0) > 0
@@ -516,17 +462,6 @@ impl Executor for K8sExecutor {
                 "job {job_name} of run {name:?} has finished: its pod is gone, so there is nothing to carry on"
             )));
         }
-        let digest = job
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(PLAN_DIGEST_KEY))
-            .cloned()
-            .ok_or_else(|| {
-                ExecutorError::InvalidInput(format!(
-                    "job {job_name} of run {name:?} has no {PLAN_DIGEST_KEY} annotation: a runner without resume started it"
-                ))
-            })?;
         let pod_selector = format!("job-name={job_name}");
         let pod = wait::ready(
             self.cluster.as_ref(),
@@ -575,11 +510,8 @@ impl Executor for K8sExecutor {
         let live: Vec<String> = self.live().keys().cloned().collect();
         let owned = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             let annotations = meta.annotations.clone().unwrap_or_default();
-            let mine = annotations.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner);
-            let expired = annotations
-                .get(EXPIRES_KEY)
-                .and_then(|e| e.parse::<u64>().ok())
-                .is_none_or(|e| e <= now);
+            let mine = is_runners(&annotations, runner);
+            let expired = expired(&annotations, now);
             let name = meta.name.clone().unwrap_or_default();
             (mine && !live.contains(&name) && (scope == CleanupScope::All || expired))
                 .then_some(name)

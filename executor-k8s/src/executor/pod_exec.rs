@@ -8,9 +8,11 @@ use executor_core::tar::{pack_dir, PackStream};
 use executor_core::ExecutorError;
 use tokio_util::sync::CancellationToken;
 
-use super::K8sExecutor;
+use super::{step_fate, K8sExecutor, LiveRun};
 use crate::cluster::{Ended, ExecIo, ExecSession};
 use crate::job::CONTAINER;
+use executor_core::container::StepEnvironment;
+use executor_core::CommandOutcome;
 
 impl K8sExecutor {
     /// Runs `argv` in the pod with `stdin` streamed in, stdout and stderr
@@ -149,10 +151,21 @@ impl K8sExecutor {
     }
 }
 
-/// A step's execs in its pod, for the step protocol.
+/// A step's execs in its pod, for the step protocol; the pod's status
+/// explains an ending the code cannot.
 pub(super) struct StepChannel<'a> {
     pub(super) executor: &'a K8sExecutor,
-    pub(super) pod: &'a str,
+    pub(super) live: &'a LiveRun,
+}
+
+#[async_trait::async_trait]
+impl StepEnvironment for StepChannel<'_> {
+    async fn explain(&self, code: Option<i32>) -> Result<Option<CommandOutcome>, ExecutorError> {
+        match self.executor.lost_environment(self.live).await {
+            Some(fate) => step_fate(fate, code).map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -167,7 +180,7 @@ impl StepExec for StepChannel<'_> {
         let exec = self
             .executor
             .cluster
-            .exec(self.pod, CONTAINER, argv, false)
+            .exec(&self.live.pod, CONTAINER, argv, false)
             .await?;
         let io = ExecIo {
             stdin: None,
@@ -187,7 +200,7 @@ impl StepExec for StepChannel<'_> {
         let argv = vec!["sh".into(), "-c".into(), script.into()];
         self.executor
             .exec_checked(
-                self.pod,
+                &self.live.pod,
                 argv,
                 None,
                 &mut tokio::io::sink(),
