@@ -381,6 +381,43 @@ impl JsonLines<io::BufWriter<std::fs::File>> {
     pub fn create(path: &Path) -> io::Result<Self> {
         Ok(Self::new(io::BufWriter::new(std::fs::File::create(path)?)))
     }
+
+    /// Writes after what `path` holds (created if missing): the events of
+    /// a resumed run go after those of the runner before it. A last line
+    /// that runner was killed in the middle of is ended first, so the
+    /// next event starts a line of its own.
+    ///
+    /// # Errors
+    /// The file cannot be opened or read.
+    ///
+    /// ```
+    /// use executor_core::events::{Event, EventSink, JsonLines};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("events.jsonl");
+    /// std::fs::write(&path, "{\"event\":\"runSt").unwrap();
+    /// let sink = JsonLines::append(&path).unwrap();
+    /// sink.event(&Event::message("resumed"));
+    /// drop(sink);
+    /// let text = std::fs::read_to_string(&path).unwrap();
+    /// assert!(text.lines().nth(1).unwrap().contains("resumed"));
+    /// ```
+    pub fn append(path: &Path) -> io::Result<Self> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
+        if file.metadata()?.len() > 0 {
+            let mut last = [0u8];
+            file.seek(SeekFrom::End(-1))?;
+            file.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")?;
+            }
+        }
+        Ok(Self::new(io::BufWriter::new(file)))
+    }
 }
 
 impl Event {

@@ -362,6 +362,11 @@ pub struct ResumeArgs {
     /// Start every new line of the run log with its time, as `run` did.
     #[arg(long)]
     pub timestamps: bool,
+    /// Also write the resumed part's events as JSON lines, after what the
+    /// file holds (give the `--events` file of `run` to have them all in
+    /// one), or `-` for stdout.
+    #[arg(long)]
+    pub events: Option<String>,
     /// The run's secret variables again, as given to `run`, for the log
     /// to mask them (the environment still holds them).
     #[arg(long = "secret", value_name = "NAME")]

@@ -117,6 +117,15 @@ pub async fn resume(args: ResumeArgs) -> i32 {
     if args.timestamps {
         log.timestamps();
     }
+    if let Some(path) = &args.events {
+        match crate::run::events_sink(path, true) {
+            Ok(sink) => log.add_sink(sink),
+            Err(msg) => {
+                say!("runner-cli: {msg}; run {} is left as it was", args.name);
+                return EXIT_INPUT;
+            }
+        }
+    }
     let cache_dir = args
         .cache_dir
         .clone()

@@ -92,24 +92,14 @@ pub async fn run(args: RunArgs) -> i32 {
         log.timestamps();
     }
     if let (Some(path), false) = (&args.events, args.dry_run) {
-        let sink: std::sync::Arc<dyn executor_core::events::EventSink> = if path == "-" {
-            std::sync::Arc::new(JsonLines::new(std::io::stdout()))
-        } else {
-            match JsonLines::create(Path::new(path)) {
-                Ok(sink) => std::sync::Arc::new(sink),
-                Err(err) => {
-                    let msg = format!("cannot write the events file {path}: {err}");
-                    say!("runner-cli: {msg}");
-                    write_unstarted_result(
-                        &args,
-                        started_at,
-                        Failure::new(FailureKind::Input, msg),
-                    );
-                    return EXIT_INPUT;
-                }
+        match events_sink(path, false) {
+            Ok(sink) => log.add_sink(sink),
+            Err(msg) => {
+                say!("runner-cli: {msg}");
+                write_unstarted_result(&args, started_at, Failure::new(FailureKind::Input, msg));
+                return EXIT_INPUT;
             }
-        };
-        log.add_sink(sink);
+        }
     }
 
     let journal = crate::args::journal(args.cache_dir.as_deref());
@@ -151,6 +141,26 @@ pub async fn run(args: RunArgs) -> i32 {
         return 0;
     }
     report(result, &log, &args.result, &args.log).await
+}
+
+/// The sink of `--events PATH` (`-` for stdout): a file created, or with
+/// `append` (a resumed run) written after what it holds.
+pub(crate) fn events_sink(
+    path: &str,
+    append: bool,
+) -> Result<std::sync::Arc<dyn executor_core::events::EventSink>, String> {
+    if path == "-" {
+        return Ok(std::sync::Arc::new(JsonLines::new(std::io::stdout())));
+    }
+    let opened = if append {
+        JsonLines::append(Path::new(path))
+    } else {
+        JsonLines::create(Path::new(path))
+    };
+    match opened {
+        Ok(sink) => Ok(std::sync::Arc::new(sink)),
+        Err(err) => Err(format!("cannot write the events file {path}: {err}")),
+    }
 }
 
 /// Writes the run's result to `path`, lets the log `log_name` drain, and

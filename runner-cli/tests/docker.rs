@@ -477,12 +477,17 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
     child.kill().unwrap(); // SIGKILL, mid-step
     child.wait().unwrap();
 
+    // The events file of a runner killed mid-line: resume ends the line.
+    let events_file = dir.path().join("events.jsonl");
+    std::fs::write(&events_file, "{\"event\":\"output\",\"te").unwrap();
     let resume = |secret: bool| {
         let mut cmd = cli();
         cmd.args(["resume", "--executor", "docker", "--name", "resumed"])
             .args(["--runner", &runner])
             .arg("--log")
             .arg(&log)
+            .arg("--events")
+            .arg(&events_file)
             .arg("--outputs")
             .arg(&outputs)
             .arg("--result")
@@ -526,6 +531,30 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
     }
     assert!(!text.contains(token), "{text}");
     assert!(text.contains("last-ran"), "{text}");
+    // The resumed part's events, after the torn line, each a JSON object.
+    let events = std::fs::read_to_string(&events_file).unwrap();
+    assert_eq!(
+        events.lines().next(),
+        Some("{\"event\":\"output\",\"te"),
+        "{events}"
+    );
+    let parsed: Vec<serde_json::Value> = events
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        parsed
+            .iter()
+            .any(|e| e["event"] == "stepFinished" && e["step"] == "last" && e["exitCode"] == 3),
+        "{events}"
+    );
+    assert_eq!(
+        parsed.last().map(|e| e["event"].clone()),
+        Some("runFinished".into()),
+        "{events}"
+    );
+    assert!(!events.contains(token), "{events}");
     assert_eq!(
         std::fs::read_to_string(outputs.join("first.txt")).unwrap(),
         "first\n"
