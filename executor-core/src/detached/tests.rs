@@ -13,11 +13,13 @@ use super::*;
 /// Runs argv on the host with `shell` in place of `sh`. Each exec takes
 /// the next cut from `cuts`: after that many bytes of stdout its process
 /// is killed (only it, as an engine kills an exec's process) and its
-/// stream ends without a status.
+/// stream ends without a status. With `held`, every exec after the
+/// first waits until that file exists: a reconnect that comes late.
 struct HostExec {
     shell: Vec<String>,
     cuts: Mutex<VecDeque<Option<u64>>>,
     execs: Mutex<Vec<Vec<String>>>,
+    held: Option<std::path::PathBuf>,
 }
 
 impl HostExec {
@@ -26,6 +28,7 @@ impl HostExec {
             shell: shell.iter().map(|s| s.to_string()).collect(),
             cuts: Mutex::new(cuts.iter().copied().collect()),
             execs: Mutex::new(Vec::new()),
+            held: None,
         }
     }
 
@@ -54,10 +57,22 @@ impl StepExec for HostExec {
         stderr: &mut (dyn AsyncWrite + Send + Unpin),
         interrupt: &CancellationToken,
     ) -> Result<ExecEnd, ExecutorError> {
-        self.execs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(argv.to_vec());
+        let later = {
+            let mut execs = self.execs.lock().unwrap_or_else(|p| p.into_inner());
+            execs.push(argv.to_vec());
+            execs.len() > 1
+        };
+        if let (true, Some(held)) = (later, &self.held) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !held.exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{} never came",
+                    held.display()
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         let cut = self
             .cuts
             .lock()
@@ -234,8 +249,22 @@ async fn run_script(
     cuts: &[Option<u64>],
     script: &str,
 ) -> (StepEnd, String, usize, (String, String)) {
-    let (_dir, files) = state();
-    let exec = HostExec::new(shell, cuts);
+    run_script_held(shell, cuts, script, false).await
+}
+
+/// As [`run_script`]; with `late`, the runner reconnects only once the
+/// step has ended.
+async fn run_script_held(
+    shell: &[&str],
+    cuts: &[Option<u64>],
+    script: &str,
+    late: bool,
+) -> (StepEnd, String, usize, (String, String)) {
+    let (dir, files) = state();
+    let mut exec = HostExec::new(shell, cuts);
+    if late {
+        exec.held = Some(dir.path().join("stepio-t.status"));
+    }
     let (log, text) = RunLog::memory();
     let outputs = Outputs::attach(&log);
     let start = files.start_argv("", Script::Inline(script));
@@ -338,6 +367,17 @@ async fn a_forged_status_is_lost_not_a_code() {
             matches!(end, StepEnd::Exited(0) | StepEnd::Lost(_)),
             "{shell:?}: {end:?}"
         );
+        // A runner that read the forgery is done before the supervisor,
+        // which writes the real status once its recorders end: the next
+        // forgery goes after that, or the real status would overwrite it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::fs::read_to_string(&status).ok().as_deref() != Some("0\n") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{shell:?}: the supervisor never wrote the step's status"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         std::fs::write(&status, "999\n").unwrap_or_else(|e| panic!("{e}"));
         let end = status_of(&shell, &files).await;
         assert!(matches!(end, StepEnd::Lost(_)), "{shell:?}: {end:?}");
@@ -404,10 +444,10 @@ async fn an_interrupt_after_a_cut_kills_the_step() {
 #[tokio::test]
 async fn bytes_no_longer_kept_are_counted_in_the_log_never_a_silent_gap() {
     for shell in shells() {
-        // The first exec is cut after 10 bytes; the follow sends the
-        // first piece, but the step writes faster than it is followed.
+        // The first exec is cut after 10 bytes, and the runner comes
+        // back only once the step has ended: its first pieces are gone.
         let script = "yes | head -c 104857600; echo last-line; exit 9";
-        let (end, text, _, (out, _)) = run_script(&shell, &[Some(10)], script).await;
+        let (end, text, _, (out, _)) = run_script_held(&shell, &[Some(10)], script, true).await;
         assert_eq!(end, StepEnd::Exited(9), "{shell:?}");
         let total: u64 = 104857600 + "last-line\n".len() as u64;
         let told: Vec<&str> = text
