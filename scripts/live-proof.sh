@@ -17,6 +17,11 @@
 #
 # The step must still end with its own exit code (5), every tick must be
 # in the log once, in order, and nothing may be left.
+#
+# RESUME_CHECK=1 adds the resume check: a run whose step ticks for 30
+# seconds is killed (SIGKILL) once it has ticked five times, and
+# `runner-cli resume` carries it on: the step's own exit code (5), every
+# tick once, in order, and nothing left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +33,11 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 ns_flag=()
 [ -n "${NAMESPACE:-}" ] && ns_flag=(--namespace "$NAMESPACE")
+if [ -z "${RUNNER_CLI:-}" ]; then
+  # A binary, not `cargo run`: the resume check kills the runner itself.
+  cargo build -q -p runner-cli
+  RUNNER_CLI="${CARGO_TARGET_DIR:-target}/debug/runner-cli"
+fi
 
 nodes() {
   # A tenant with only the namespace Role may not list nodes; that is fine.
@@ -67,7 +77,7 @@ PY
 
 echo "== run $NAME on $IMAGE"
 set +e
-${RUNNER_CLI:-cargo run -q -p runner-cli --} run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
+"$RUNNER_CLI" run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
   --name "$NAME" --runner "$RUNNER" --workdir examples --steps-file examples/steps.tsv \
   --outputs "$OUT/outputs" --result "$OUT/result.json" --log - --timeout 30m --pod-timeout 15m
 code=$?
@@ -97,7 +107,7 @@ if [ -n "${OUTAGE_CMD:-}" ]; then
   mkdir -p "$OUT/ocheckout"
   printf 'tick\ti=0; while [ $i -lt 60 ]; do echo "tick $i"; sleep 1; i=$((i+1)); done; exit 5\n' > "$OUT/osteps.tsv"
   set +e
-  ${RUNNER_CLI:-cargo run -q -p runner-cli --} run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
+  "$RUNNER_CLI" run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
     --name "$ONAME" --runner "$RUNNER" --workdir "$OUT/ocheckout" --steps-file "$OUT/osteps.tsv" \
     --outputs "$OUT/ooutputs" --result "$OUT/oresult.json" --log "$OUT/olog.txt" \
     --timeout 30m --pod-timeout 15m &
@@ -125,6 +135,44 @@ PY
     echo "left behind after the outage:"; echo "$left"; exit 1
   fi
   echo "nothing left after the outage"
+fi
+
+if [ -n "${RESUME_CHECK:-}" ]; then
+  echo "== resume check: the runner killed mid-step, then resumed"
+  RNAME="$NAME-resume"
+  mkdir -p "$OUT/rcheckout"
+  printf 'tick\ti=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 1; i=$((i+1)); done; exit 5\n' > "$OUT/rsteps.tsv"
+  "$RUNNER_CLI" run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
+    --name "$RNAME" --runner "$RUNNER" --workdir "$OUT/rcheckout" --steps-file "$OUT/rsteps.tsv" \
+    --outputs "$OUT/routputs" --result "$OUT/rresult.json" --log "$OUT/rlog.txt" \
+    --timeout 30m --pod-timeout 15m &
+  runner=$!
+  for _ in $(seq 600); do grep -q '^tick 5$' "$OUT/rlog.txt" 2>/dev/null && break; sleep 1; done
+  grep -q '^tick 5$' "$OUT/rlog.txt" || { echo "the step never ticked five times"; cat "$OUT/rlog.txt"; kill "$runner"; exit 1; }
+  kill -KILL "$runner"
+  wait "$runner" 2>/dev/null || true
+  set +e
+  "$RUNNER_CLI" resume --executor k8s "${ns_flag[@]}" --name "$RNAME" --runner "$RUNNER" \
+    --outputs "$OUT/routputs" --result "$OUT/rresult.json" --log "$OUT/rlog.txt"
+  rcode=$?
+  set -e
+  echo "== runner-cli resume exited $rcode"
+  cat "$OUT/rlog.txt"
+  python3 - "$OUT/rresult.json" "$OUT/rlog.txt" "$rcode" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+step = r["steps"][0]
+assert step["exitCode"] == 5 and step["status"] == "failed", step
+assert sys.argv[3] == "1", "resume exited " + sys.argv[3]
+ticks = [l for l in open(sys.argv[2]).read().splitlines() if l.startswith("tick ")]
+assert ticks == ["tick %d" % i for i in range(30)], ticks
+print("resumed: exit 5 kept,", len(ticks), "ticks once each, in order")
+PY
+  left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "dev.knotless.run=$RNAME" -o name)"
+  if [ -n "$left" ]; then
+    echo "left behind after the resume:"; echo "$left"; exit 1
+  fi
+  echo "nothing left after the resume"
 fi
 
 echo "== nodes after the run"

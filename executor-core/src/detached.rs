@@ -19,6 +19,12 @@
 //! are counted in the log, never a silent gap. A second cut, or a third,
 //! is followed the same way.
 //!
+//! A stream can end early without an error (Docker's attached stream ends
+//! like a whole one when its connection is cut), so the supervisor and
+//! every follow end both streams with [`END_MARK`] once all output is in
+//! them. The runner takes the mark off, and an exec whose streams do not
+//! both end with it was cut, whatever its exit code says.
+//!
 //! The scripts are POSIX `sh` with `mkfifo`, `tee`, `dd`, `tail`, `head`,
 //! `wc` and `cat`: busybox and coreutils both have them. Everything in the
 //! state folder is in the step's reach, so the runner treats it as
@@ -46,6 +52,10 @@ use tokio_util::sync::CancellationToken;
 use crate::events::OutputStream;
 use crate::script::Script;
 use crate::{ExecutorError, FailureKind, RunLog};
+use end_mark::EndMarked;
+pub use end_mark::END_MARK;
+
+mod end_mark;
 
 /// The files of one step in the environment's state folder, all named
 /// from one prefix, `stepio-ID`: `.pid` (the supervisor's pid, the root of
@@ -148,6 +158,8 @@ record() {
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait
   echo "$s" > "$d.status"
+  trap '' PIPE
+  [ -n "$held" ] || { printf '\000knotless-step-end\n' >&3; printf '\000knotless-step-end\n' >&4; }
   exit "$s"
 ) 3>&1 4>&2 > /dev/null 2>&1 &
 echo $! > "$d.pid"
@@ -164,18 +176,21 @@ wait $!"#;
 /// every 200 ms (a second where `sleep` takes whole seconds only): this
 /// runs only after a stream broke.
 const FOLLOW: &str = r#"C=8388608
+exec 7>&1 8>&2
+marked() { trap '' PIPE; printf '\000knotless-step-end\n' >&7; printf '\000knotless-step-end\n' >&8; }
+end() { marked; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
   while :; do
     k=$((x / C)); f="$d.$1.$k"; n=$(size "$f")
     if [ "$n" -lt 0 ]; then
-      for g in "$d.$1".[0-9]*; do [ -e "$g" ] && [ "${g##*.}" -gt "$k" ] 2>/dev/null && exit "$2"; done
+      for g in "$d.$1".[0-9]*; do [ -e "$g" ] && [ "${g##*.}" -gt "$k" ] 2>/dev/null && end "$2"; done
       return 0
     fi
     r=$((x - k * C))
     if [ "$n" -gt "$r" ]; then
       tail -c +$((r + 1)) "$f" 2>/dev/null | head -c $((n - r))
-      [ -e "$f" ] || exit 6
+      [ -e "$f" ] || end 6
       x=$((k * C + n))
     fi
     [ "$n" -ge "$C" ] || return 0
@@ -187,10 +202,11 @@ while :; do
   x=$e; send err 5 >&2; e=$x
   [ -n "$last" ] && break
   p=$(cat "$d.pid" 2>/dev/null)
-  case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || exit 3; continue;; esac
-  kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || exit 3
+  case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || end 3; continue;; esac
+  kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || end 3
   sleep 0.2 2>/dev/null || sleep 1
-done"#;
+done
+marked"#;
 
 /// The exit status of the follow when the next bytes of stdout are no
 /// longer kept.
@@ -416,12 +432,13 @@ pub async fn run_step(
 ) -> Result<StepEnd, ExecutorError> {
     let mut out = Counted::new(log.writer_for(OutputStream::Stdout));
     let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
+    let marked = Marked(exec);
     let first = match follow.from {
-        None => exec.exec(start, &mut out, &mut err, interrupt).await?,
+        None => marked.exec(start, &mut out, &mut err, interrupt).await?,
         Some(from) => match started(exec, files, follow, log, interrupt).await? {
             Some(true) => ExecEnd::Cut("the runner that started it is gone".into()),
             Some(false) if from == Offsets::default() => {
-                exec.exec(start, &mut out, &mut err, interrupt).await?
+                marked.exec(start, &mut out, &mut err, interrupt).await?
             }
             // Its log has output of it, yet its files are gone.
             Some(false) => return Ok(StepEnd::Lost(
@@ -478,7 +495,7 @@ pub async fn run_step(
         let argv = files.follow_argv(from);
         let opened = tokio::time::Instant::now();
         let ended = reopened(
-            exec,
+            &marked,
             &argv,
             &mut out,
             &mut err,
@@ -732,6 +749,58 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Whether the exec `argv` ends both its streams with [`END_MARK`] when it
+/// runs to its end: a step's start or a follow. A dry-run or a fake
+/// answers these with the mark, as the environment would.
+///
+/// ```
+/// use executor_core::detached::{marks_its_end, Offsets, StepFiles};
+/// use executor_core::script::Script;
+/// let files = StepFiles::new("/.knotless", "a1s0");
+/// assert!(marks_its_end(&files.start_argv("", Script::Inline("true"))));
+/// assert!(marks_its_end(&files.follow_argv(Offsets::default())));
+/// assert!(!marks_its_end(&files.status_argv()));
+/// ```
+pub fn marks_its_end(argv: &[String]) -> bool {
+    argv.get(2)
+        .is_some_and(|script| script.contains("knotless-step-end"))
+}
+
+/// A step's execs whose end counts only when both streams end with
+/// [`END_MARK`], taken off before the log: a stream cut short that ended
+/// like a whole one (Docker's attached stream does) is a cut, whatever
+/// code the exec ended with.
+struct Marked<'a>(&'a dyn StepExec);
+
+#[async_trait]
+impl StepExec for Marked<'_> {
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        let mut out = EndMarked::new(stdout);
+        let mut err = EndMarked::new(stderr);
+        let ended = self.0.exec(argv, &mut out, &mut err, interrupt).await;
+        let written =
+            |e: std::io::Error| ExecutorError::backend("writing the step's output", e.to_string());
+        let out = out.finish().await.map_err(written)?;
+        let err = err.finish().await.map_err(written)?;
+        Ok(match ended? {
+            ExecEnd::Exited(code) if !(out && err) => ExecEnd::Cut(format!(
+                "it ended (exit {code}) before the mark that ends a whole stream"
+            )),
+            other => other,
+        })
+    }
+
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        self.0.kill(script).await
     }
 }
 

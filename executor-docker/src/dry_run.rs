@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 
 use crate::engine::{
     ContainerSpec, ContainerState, Engine, ExecOutput, ExecSpec, ExecState, Listed, OutputStream,
+    StepStream,
 };
 
 /// Prints every Docker Engine call, in order, as `METHOD /path` lines, with
@@ -74,13 +75,27 @@ impl Engine for DryRunEngine {
             exec.working_dir,
             keys.join(",")
         ));
-        Ok("dry-run-exec".to_string())
+        // A step's exec ends both streams with the end mark, as it would.
+        Ok(if executor_core::detached::marks_its_end(&exec.cmd) {
+            "dry-run-step-exec"
+        } else {
+            "dry-run-exec"
+        }
+        .to_string())
     }
     async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError> {
         self.say(format!(
             "POST /exec/{exec_id}/start (attached: stdout, stderr)"
         ));
-        Ok(futures_util::stream::empty().boxed())
+        let mark = bytes::Bytes::from_static(executor_core::detached::END_MARK);
+        let frames = match exec_id {
+            "dry-run-step-exec" => vec![
+                Ok((StepStream::Stdout, mark.clone())),
+                Ok((StepStream::Stderr, mark)),
+            ],
+            _ => Vec::new(),
+        };
+        Ok(futures_util::stream::iter(frames).boxed())
     }
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {
         self.say(format!("GET /exec/{exec_id}/json"));

@@ -168,7 +168,9 @@ impl Cluster for DryRunCluster {
             "GET /api/v1/namespaces/{}/pods/{pod}/exec?container={container}&stdin={stdin} (WebSocket) {argv:?}",
             self.ns()
         ));
-        Ok(Box::new(DryExec))
+        Ok(Box::new(DryExec {
+            marked: executor_core::detached::marks_its_end(argv),
+        }))
     }
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
         self.say(format!(
@@ -204,7 +206,11 @@ impl Cluster for DryRunCluster {
 
 /// The dry-run's exec: it has started nothing, so it reads no stdin and
 /// ends at once with success (what a run that goes on would see).
-struct DryExec;
+/// An exec that ends at once; a step's start or follow ends both
+/// streams with the end mark, as it would.
+struct DryExec {
+    marked: bool,
+}
 
 #[async_trait]
 impl ExecSession for DryExec {
@@ -213,9 +219,21 @@ impl ExecSession for DryExec {
     }
     async fn finish(
         self: Box<Self>,
-        _io: ExecIo<'_>,
+        io: ExecIo<'_>,
         _interrupt: &tokio_util::sync::CancellationToken,
     ) -> Result<Ended, ExecutorError> {
+        if self.marked {
+            use tokio::io::AsyncWriteExt;
+            let mark = executor_core::detached::END_MARK;
+            io.stdout
+                .write_all(mark)
+                .await
+                .map_err(|e| ExecutorError::backend("dry-run output", e.to_string()))?;
+            io.stderr
+                .write_all(mark)
+                .await
+                .map_err(|e| ExecutorError::backend("dry-run output", e.to_string()))?;
+        }
         Ok(Ended::Exited(0))
     }
 }

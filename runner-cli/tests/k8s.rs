@@ -652,7 +652,8 @@ async fn an_x509_v1_client_certificate_is_named_with_how_to_reissue_it() {
 }
 
 /// The live proof as a tenant bound to exactly scripts/runner-role.yaml,
-/// in a namespace of its own: it passes, and says the user may not list nodes.
+/// in a namespace of its own: it passes, with its resume check (the role
+/// is enough to carry a run on), and says the user may not list nodes.
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"
@@ -670,6 +671,7 @@ async fn the_live_proof_passes_as_a_tenant_with_the_documented_role() {
         .env("KUBECONFIG", cluster.tenant_kubeconfig("proof").unwrap())
         .env("IMAGE", image())
         .env("RUNNER_CLI", env!("CARGO_BIN_EXE_runner-cli"))
+        .env("RESUME_CHECK", "1")
         .env("HOME", std::env::temp_dir())
         .output()
         .await
@@ -684,6 +686,8 @@ async fn the_live_proof_passes_as_a_tenant_with_the_documented_role() {
         "create pods/exec: yes",
         "list jobs (batch): yes",
         "result: success",
+        "resumed: exit 5 kept, 30 ticks once each, in order",
+        "nothing left after the resume",
         "nodes are not visible to this user",
     ] {
         assert!(stdout.contains(said), "{said}: {stdout}");

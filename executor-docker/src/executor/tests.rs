@@ -22,16 +22,22 @@ fn step() -> StepCommand {
     }
 }
 
+/// A step exec's output that ran to its end: `stdout`, then the end
+/// mark on both streams.
+fn whole(stdout: &str) -> crate::engine::ExecOutput {
+    let mark = bytes::Bytes::from_static(executor_core::detached::END_MARK);
+    futures_util::stream::iter([
+        Ok((StepStream::Stdout, bytes::Bytes::from(stdout.to_string()))),
+        Ok((StepStream::Stdout, mark.clone())),
+        Ok((StepStream::Stderr, mark)),
+    ])
+    .boxed()
+}
+
 fn with_exec(mock: &mut MockEngine, state: ExecState) {
     mock.expect_exec_create()
         .returning(|_, _| Ok("exec-1".into()));
-    mock.expect_exec_start().returning(|_| {
-        Ok(futures_util::stream::iter([Ok((
-            StepStream::Stdout,
-            bytes::Bytes::from_static(b"hi\n"),
-        ))])
-        .boxed())
-    });
+    mock.expect_exec_start().returning(|_| Ok(whole("hi\n")));
     mock.expect_exec_inspect().returning(move |_| Ok(state));
 }
 
@@ -76,8 +82,12 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
         }
         .into())
     });
-    mock.expect_exec_start()
-        .returning(|_| Ok(futures_util::stream::empty().boxed()));
+    mock.expect_exec_start().returning(|exec_id| {
+        Ok(match exec_id {
+            "probe" => futures_util::stream::empty().boxed(),
+            _ => whole(""),
+        })
+    });
     mock.expect_exec_inspect().returning(|exec_id| {
         Ok(ExecState {
             running: false,
@@ -149,11 +159,10 @@ async fn step_with_oom_counter(code: i64, oom_kills: u64) -> Result<CommandOutco
         Ok("exec-1".into())
     });
     mock.expect_exec_start().returning(move |id| {
-        let said = if id == "probe" {
-            format!("oom 0\noom_kill {oom_kills}\n")
-        } else {
-            String::new()
-        };
+        if id != "probe" {
+            return Ok(whole(""));
+        }
+        let said = format!("oom 0\noom_kill {oom_kills}\n");
         Ok(
             futures_util::stream::iter([Ok((StepStream::Stdout, bytes::Bytes::from(said)))])
                 .boxed(),

@@ -2,6 +2,7 @@
 //! sessions, in milliseconds: what a real cluster shows only under faults.
 //! (The wire protocols under a session are tested in `exec.rs`.)
 
+use executor_core::detached::END_MARK;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +30,9 @@ struct ScriptedExec {
     stdout: &'static str,
     ended: Ended,
     stdin: Stdin,
+    /// Ends both streams with the end mark, as a step's start or follow
+    /// that ran to its end does.
+    marked: bool,
 }
 
 #[async_trait]
@@ -47,6 +51,10 @@ impl ExecSession for ScriptedExec {
             self.stdin.lock().unwrap().extend(all);
         }
         io.stdout.write_all(self.stdout.as_bytes()).await.unwrap();
+        if self.marked {
+            io.stdout.write_all(END_MARK).await.unwrap();
+            io.stderr.write_all(END_MARK).await.unwrap();
+        }
         Ok(self.ended)
     }
 }
@@ -56,12 +64,24 @@ fn exec(stdout: &'static str, ended: Ended) -> Box<dyn ExecSession> {
     scripted(true, stdout, ended, &Stdin::default())
 }
 
+/// As [`exec`], for a step's start or follow that ran to its end.
+fn step_exec(stdout: &'static str, ended: Ended) -> Box<dyn ExecSession> {
+    Box::new(ScriptedExec {
+        v5: true,
+        stdout,
+        ended,
+        stdin: Stdin::default(),
+        marked: true,
+    })
+}
+
 fn scripted(v5: bool, stdout: &'static str, ended: Ended, stdin: &Stdin) -> Box<dyn ExecSession> {
     Box::new(ScriptedExec {
         v5,
         stdout,
         ended,
         stdin: stdin.clone(),
+        marked: false,
     })
 }
 
@@ -131,7 +151,7 @@ async fn exit_137_with_the_pod_oom_killed_is_an_oom_failure() {
     cluster
         .expect_exec()
         .times(1)
-        .return_once(|_, _, _, _| Ok(exec("building\n", Ended::Exited(137))));
+        .return_once(|_, _, _, _| Ok(step_exec("building\n", Ended::Exited(137))));
     cluster.expect_get_pod().times(1).return_once(|_| {
         Ok(Some(pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Running",
             "containerStatuses": [{"name": "step", "image": "i", "imageID": "", "ready": false,
@@ -156,7 +176,7 @@ async fn exit_137_with_the_pod_deleted_is_a_lost_environment() {
     cluster
         .expect_exec()
         .times(1)
-        .return_once(|_, _, _, _| Ok(exec("", Ended::Exited(137))));
+        .return_once(|_, _, _, _| Ok(step_exec("", Ended::Exited(137))));
     cluster.expect_get_pod().times(1).return_once(|_| Ok(None));
     let err = step(&live(cluster)).await.unwrap_err();
     assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
@@ -186,7 +206,7 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
                 // The step's output, then the connection drops: no status.
                 "start" => exec("half", Ended::Closed("the exec connection broke".into())),
                 // Its supervisor is gone and left no status.
-                "follow" => exec("", Ended::Exited(executor_core::detached::FOLLOW_LOST)),
+                "follow" => step_exec("", Ended::Exited(executor_core::detached::FOLLOW_LOST)),
                 "probe" => exec("", Ended::Exited(0)),
                 other => panic!("unexpected {other} exec: {argv:?}"),
             })
@@ -210,7 +230,7 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
             "start" => exec("hal", Ended::Closed("the exec connection broke".into())),
             "follow" => {
                 seen.lock().unwrap().push(argv.to_vec());
-                exec("f-done\n", Ended::Exited(0))
+                step_exec("f-done\n", Ended::Exited(0))
             }
             "status" => exec("7\n", Ended::Exited(0)),
             "probe" => exec("", Ended::Exited(0)),
@@ -337,7 +357,7 @@ async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
         .times(1)
         .returning(move |_, _, argv, _| {
             seen.lock().unwrap().push(argv.to_vec());
-            Ok(exec("", Ended::Exited(0)))
+            Ok(step_exec("", Ended::Exited(0)))
         });
     let executor = live_from(cluster, &spec);
     let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {

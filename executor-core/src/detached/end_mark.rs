@@ -1,0 +1,178 @@
+//! The mark that ends each stream of a step's exec, and the writer that
+//! takes it off.
+//!
+//! A stream can end early without an error: Docker's attached stream ends
+//! as a normal one when a connection is cut, and an exec that finished in
+//! the meantime then has a real exit code. So the supervisor (and every
+//! follow) writes [`END_MARK`] as the last bytes of both streams, once
+//! everything before it is in them; an exec whose streams do not both end
+//! with it was cut, whatever its code says.
+//!
+//! A step can print the mark itself; only the last bytes of a stream
+//! count, and the real mark always comes after the step's own output. At
+//! worst a step that ends with a forged mark hides a cut of nothing.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// The last bytes of both streams of an exec that ran to its end: a NUL
+/// first, which text output seldom has, so nothing is held back for it.
+pub const END_MARK: &[u8] = b"\0knotless-step-end\n";
+
+/// Passes a stream on to `inner` except a tail that may be [`END_MARK`],
+/// held until more bytes show it is not, or the end shows it is.
+pub(super) struct EndMarked<'a, W: ?Sized> {
+    inner: &'a mut W,
+    /// Output taken but not yet written to `inner`.
+    pending: Vec<u8>,
+    /// A tail that is a start of the mark (or all of it).
+    held: Vec<u8>,
+}
+
+impl<'a, W: AsyncWrite + Unpin + ?Sized> EndMarked<'a, W> {
+    pub(super) fn new(inner: &'a mut W) -> Self {
+        EndMarked {
+            inner,
+            pending: Vec::new(),
+            held: Vec::new(),
+        }
+    }
+
+    /// The stream has ended: whether it ended with the mark. Anything held
+    /// that was not the mark is written on as output.
+    pub(super) async fn finish(mut self) -> std::io::Result<bool> {
+        let marked = self.held == END_MARK;
+        let mut rest = std::mem::take(&mut self.pending);
+        if !marked {
+            rest.append(&mut self.held);
+        }
+        self.inner.write_all(&rest).await?;
+        Ok(marked)
+    }
+
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while !self.pending.is_empty() {
+            match Pin::new(&mut *self.inner).poll_write(cx, &self.pending) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.pending.drain(..n.min(self.pending.len()));
+                }
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// How many bytes at the end of `bytes` may be the mark or its start.
+fn mark_tail(bytes: &[u8]) -> usize {
+    let from = bytes.len().saturating_sub(END_MARK.len());
+    (from..bytes.len())
+        .find(|&i| {
+            let tail = &bytes[i..];
+            tail[0] == 0 && END_MARK.starts_with(tail)
+        })
+        .map_or(0, |i| bytes.len() - i)
+}
+
+impl<W: AsyncWrite + Unpin + ?Sized> AsyncWrite for EndMarked<'_, W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        match this.poll_pending(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+            Poll::Pending => return Poll::Pending,
+        }
+        // Most output has no NUL near its end: it goes on as it is.
+        if this.held.is_empty() && mark_tail(buf) == 0 {
+            return Pin::new(&mut *this.inner).poll_write(cx, buf);
+        }
+        let mut all = std::mem::take(&mut this.held);
+        all.extend_from_slice(buf);
+        let keep = mark_tail(&all);
+        this.held = all.split_off(all.len() - keep);
+        this.pending = all;
+        // Taken: what is pending is written before anything after it.
+        if let Poll::Ready(Err(err)) = this.poll_pending(cx) {
+            return Poll::Ready(Err(err));
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        match this.poll_pending(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut *this.inner).poll_flush(cx),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        match this.poll_pending(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut *this.inner).poll_shutdown(cx),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn through(pieces: &[&[u8]]) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let mut marked = EndMarked::new(&mut out);
+        for piece in pieces {
+            marked
+                .write_all(piece)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let ended = marked.finish().await.unwrap_or_else(|e| panic!("{e}"));
+        (out, ended)
+    }
+
+    #[tokio::test]
+    async fn the_mark_at_the_end_is_taken_off_wherever_it_is_split() {
+        let mut all = b"output\n".to_vec();
+        all.extend_from_slice(END_MARK);
+        for cut in 0..all.len() {
+            let (out, ended) = through(&[&all[..cut], &all[cut..]]).await;
+            assert_eq!(
+                (out.as_slice(), ended),
+                (&b"output\n"[..], true),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_the_mark_loses_nothing_and_says_so() {
+        let (out, ended) = through(&[b"abc\0knotless-st"]).await;
+        assert_eq!((out.as_slice(), ended), (&b"abc\0knotless-st"[..], false));
+        let (out, ended) = through(&[b"no mark at all\n"]).await;
+        assert_eq!((out.as_slice(), ended), (&b"no mark at all\n"[..], false));
+        let (out, ended) = through(&[]).await;
+        assert_eq!((out.as_slice(), ended), (&b""[..], false));
+    }
+
+    #[tokio::test]
+    async fn a_mark_the_step_printed_before_its_end_is_output() {
+        let mut forged = END_MARK.to_vec();
+        forged.extend_from_slice(b"more\n");
+        let (out, ended) = through(&[&forged]).await;
+        assert_eq!((out, ended), (forged.clone(), false));
+        let (out, ended) = through(&[END_MARK, b"more\n", END_MARK]).await;
+        assert_eq!((out, ended), (forged, true));
+    }
+}
