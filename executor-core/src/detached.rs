@@ -109,11 +109,13 @@ pub const KEPT_CHUNKS: u64 = 8;
 /// kept. Pieces soon removed seldom reach the disk at all, so a loud
 /// step is not held to the disk's speed.
 ///
-/// The recorders and the joining `dd`s run at the lowest priority
-/// (`renice`, where the image has it): they yield to the step, and under
-/// load the output gathers in the pipes, so it goes on in large pieces
-/// (a 512 MiB step on Docker cost the engine and the runner about a
-/// fifth less CPU) while an idle machine still sends each line at once.
+/// A loud stream's recorder and joining `dd` go to the lowest priority
+/// once it starts its second piece (`renice`, where the image has it; one
+/// process start, and only for a stream past 8 MiB): they yield to the
+/// step, and under load the output gathers in the pipes, so it goes on
+/// in large pieces (a 512 MiB step through `docker exec` cost dockerd,
+/// the shim and the client about a fifth less CPU) while an idle machine
+/// still sends each line at once.
 ///
 /// The supervisor's own output goes nowhere: only the `dd`s hold the
 /// exec's streams, so nothing else dies of a write to a stream that broke.
@@ -139,20 +141,19 @@ record() {
   while :; do
     dd bs=1048576 count=8 iflag=fullblock of="$d.$1.$i" 2>/dev/null
     [ -s "$d.$1.$i" ] || return 0
+    if [ "$i" = 1 ]; then
+      read -r me _ < /proc/self/stat && renice -n 19 -p "$me" "$2" > /dev/null 2>&1
+    fi
     if [ "$i" -ge 9 ] && [ $((i % 2)) = 1 ]; then rm -f "$d.$1.$((i - 9))" "$d.$1.$((i - 8))"; fi
     i=$((i + 1))
   done
 }
 (
   [ -z "$old" ] || rm -f $old 3>&- 4>&- &
-  record out < "$d.O" 3>&- 4>&- &
-  r1=$!
-  record err < "$d.E" 3>&- 4>&- &
-  r2=$!
   (trap '' PIPE; exec tee -a "$d.O") < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&- &
-  j1=$!
+  record out $! < "$d.O" 3>&- 4>&- &
   (trap '' PIPE; exec tee -a "$d.E") < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&- &
-  renice -n 19 -p $r1 $r2 $j1 $! > /dev/null 2>&1 3>&- 4>&- &
+  record err $! < "$d.E" 3>&- 4>&- &
   ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&- &
   wait $!; s=$?
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
