@@ -92,14 +92,19 @@ assert any(o["path"] == "badge.png" and o["mediaType"] == "image/png" for o in r
 print("result: success,", len(r["steps"]), "steps,", len(r["outputs"]), "outputs")
 PY
 
+# Fails the proof if run $1 left a Job, pod or Secret; $2 says when.
+# A failing kubectl fails it too: an error is not "nothing left".
+nothing_left() {
+  local left
+  left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "dev.knotless.run=$1" -o name)"
+  if [ -n "$left" ]; then
+    echo "left behind $2:"; echo "$left"; exit 1
+  fi
+  echo "nothing left $2"
+}
+
 echo "== leftovers with the run's labels"
-label="dev.knotless.run=$NAME"
-# A failing kubectl fails the proof: an error is not "nothing left".
-left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "$label" -o name)"
-if [ -n "$left" ]; then
-  echo "left behind:"; echo "$left"; exit 1
-fi
-echo "none"
+nothing_left "$NAME" "after the run"
 
 if [ -n "${OUTAGE_CMD:-}" ]; then
   echo "== outage check: $OUTAGE_CMD mid-step"
@@ -130,11 +135,7 @@ ticks = [l for l in open(sys.argv[2]).read().splitlines() if l.startswith("tick 
 assert ticks == ["tick %d" % i for i in range(60)], ticks
 print("outage ridden out: exit 5 kept,", len(ticks), "ticks once each, in order")
 PY
-  left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "dev.knotless.run=$ONAME" -o name)"
-  if [ -n "$left" ]; then
-    echo "left behind after the outage:"; echo "$left"; exit 1
-  fi
-  echo "nothing left after the outage"
+  nothing_left "$ONAME" "after the outage"
 fi
 
 if [ -n "${RESUME_CHECK:-}" ]; then
@@ -168,11 +169,7 @@ ticks = [l for l in open(sys.argv[2]).read().splitlines() if l.startswith("tick 
 assert ticks == ["tick %d" % i for i in range(30)], ticks
 print("resumed: exit 5 kept,", len(ticks), "ticks once each, in order")
 PY
-  left="$(kubectl get jobs,pods,secrets "${ns_flag[@]}" -l "dev.knotless.run=$RNAME" -o name)"
-  if [ -n "$left" ]; then
-    echo "left behind after the resume:"; echo "$left"; exit 1
-  fi
-  echo "nothing left after the resume"
+  nothing_left "$RNAME" "after the resume"
 fi
 
 echo "== nodes after the run"
