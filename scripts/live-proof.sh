@@ -106,69 +106,72 @@ nothing_left() {
 echo "== leftovers with the run's labels"
 nothing_left "$NAME" "after the run"
 
-if [ -n "${OUTAGE_CMD:-}" ]; then
-  echo "== outage check: $OUTAGE_CMD mid-step"
-  ONAME="$NAME-outage"
-  mkdir -p "$OUT/ocheckout"
-  printf 'tick\ti=0; while [ $i -lt 60 ]; do echo "tick $i"; sleep 1; i=$((i+1)); done; exit 5\n' > "$OUT/osteps.tsv"
-  set +e
+# Starts run $1 in the background: one step that ticks $2 times, a
+# second apart, then exits 5, its files in $OUT/$1.*. $! is its runner.
+ticking_run() {
+  mkdir -p "$OUT/$1.checkout"
+  printf 'tick\ti=0; while [ $i -lt %s ]; do echo "tick $i"; sleep 1; i=$((i+1)); done; exit 5\n' "$2" > "$OUT/$1.steps"
   "$RUNNER_CLI" run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
-    --name "$ONAME" --runner "$RUNNER" --workdir "$OUT/ocheckout" --steps-file "$OUT/osteps.tsv" \
-    --outputs "$OUT/ooutputs" --result "$OUT/oresult.json" --log "$OUT/olog.txt" \
+    --name "$1" --runner "$RUNNER" --workdir "$OUT/$1.checkout" --steps-file "$OUT/$1.steps" \
+    --outputs "$OUT/$1.outputs" --result "$OUT/$1.json" --log "$OUT/$1.log" \
     --timeout 30m --pod-timeout 15m &
-  runner=$!
-  # The log file is the only sign of progress the script has.
-  for _ in $(seq 600); do grep -q '^tick 10$' "$OUT/olog.txt" 2>/dev/null && break; sleep 1; done
-  grep -q '^tick 10$' "$OUT/olog.txt" || { echo "the step never ticked ten times"; cat "$OUT/olog.txt"; kill "$runner"; exit 1; }
-  sh -c "$OUTAGE_CMD"
-  wait "$runner"
-  ocode=$?
-  set -e
-  echo "== runner-cli exited $ocode"
-  cat "$OUT/olog.txt"
-  python3 - "$OUT/oresult.json" "$OUT/olog.txt" <<'PY'
+}
+
+# Waits until run $1's log has "tick $2" (the log file is the only sign
+# of progress the script has); fails the proof, stopping runner $3, if
+# it never comes.
+wait_for_tick() {
+  for _ in $(seq 600); do grep -q "^tick $2\$" "$OUT/$1.log" 2>/dev/null && break; sleep 1; done
+  grep -q "^tick $2\$" "$OUT/$1.log" || { echo "the step never ticked $2 times"; cat "$OUT/$1.log"; kill "$3"; exit 1; }
+}
+
+# Fails the proof unless run $1's step kept its exit 5 and its log has
+# every one of its $2 ticks once, in order; prints "$3: ..." if so.
+ticks_kept() {
+  cat "$OUT/$1.log"
+  python3 - "$OUT/$1.json" "$OUT/$1.log" "$2" "$3" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 step = r["steps"][0]
 assert step["exitCode"] == 5 and step["status"] == "failed", step
 ticks = [l for l in open(sys.argv[2]).read().splitlines() if l.startswith("tick ")]
-assert ticks == ["tick %d" % i for i in range(60)], ticks
-print("outage ridden out: exit 5 kept,", len(ticks), "ticks once each, in order")
+assert ticks == ["tick %d" % i for i in range(int(sys.argv[3]))], ticks
+print(sys.argv[4] + ": exit 5 kept,", len(ticks), "ticks once each, in order")
 PY
+}
+
+if [ -n "${OUTAGE_CMD:-}" ]; then
+  echo "== outage check: $OUTAGE_CMD mid-step"
+  ONAME="$NAME-outage"
+  set +e
+  ticking_run "$ONAME" 60
+  runner=$!
+  wait_for_tick "$ONAME" 10 "$runner"
+  sh -c "$OUTAGE_CMD"
+  wait "$runner"
+  ocode=$?
+  set -e
+  echo "== runner-cli exited $ocode"
+  ticks_kept "$ONAME" 60 "outage ridden out"
   nothing_left "$ONAME" "after the outage"
 fi
 
 if [ -n "${RESUME_CHECK:-}" ]; then
   echo "== resume check: the runner killed mid-step, then resumed"
   RNAME="$NAME-resume"
-  mkdir -p "$OUT/rcheckout"
-  printf 'tick\ti=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 1; i=$((i+1)); done; exit 5\n' > "$OUT/rsteps.tsv"
-  "$RUNNER_CLI" run --executor k8s --image "$IMAGE" "${ns_flag[@]}" \
-    --name "$RNAME" --runner "$RUNNER" --workdir "$OUT/rcheckout" --steps-file "$OUT/rsteps.tsv" \
-    --outputs "$OUT/routputs" --result "$OUT/rresult.json" --log "$OUT/rlog.txt" \
-    --timeout 30m --pod-timeout 15m &
+  ticking_run "$RNAME" 30
   runner=$!
-  for _ in $(seq 600); do grep -q '^tick 5$' "$OUT/rlog.txt" 2>/dev/null && break; sleep 1; done
-  grep -q '^tick 5$' "$OUT/rlog.txt" || { echo "the step never ticked five times"; cat "$OUT/rlog.txt"; kill "$runner"; exit 1; }
+  wait_for_tick "$RNAME" 5 "$runner"
   kill -KILL "$runner"
   wait "$runner" 2>/dev/null || true
   set +e
   "$RUNNER_CLI" resume --executor k8s "${ns_flag[@]}" --name "$RNAME" --runner "$RUNNER" \
-    --outputs "$OUT/routputs" --result "$OUT/rresult.json" --log "$OUT/rlog.txt"
+    --outputs "$OUT/$RNAME.outputs" --result "$OUT/$RNAME.json" --log "$OUT/$RNAME.log"
   rcode=$?
   set -e
   echo "== runner-cli resume exited $rcode"
-  cat "$OUT/rlog.txt"
-  python3 - "$OUT/rresult.json" "$OUT/rlog.txt" "$rcode" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-step = r["steps"][0]
-assert step["exitCode"] == 5 and step["status"] == "failed", step
-assert sys.argv[3] == "1", "resume exited " + sys.argv[3]
-ticks = [l for l in open(sys.argv[2]).read().splitlines() if l.startswith("tick ")]
-assert ticks == ["tick %d" % i for i in range(30)], ticks
-print("resumed: exit 5 kept,", len(ticks), "ticks once each, in order")
-PY
+  [ "$rcode" = 1 ] || { echo "resume exited $rcode, not the step's failure (1)"; cat "$OUT/$RNAME.log"; exit 1; }
+  ticks_kept "$RNAME" 30 "resumed"
   nothing_left "$RNAME" "after the resume"
 fi
 
