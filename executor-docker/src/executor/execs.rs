@@ -7,6 +7,7 @@ use executor_core::container::StepEnvironment;
 use executor_core::detached::{ExecEnd, StepExec};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::gathered::Gathered;
 use crate::engine::StepStream;
 
 impl DockerExecutor {
@@ -174,7 +175,7 @@ impl StepExec for StepChannel<'_> {
             user: self.executor.options.user.clone(),
         };
         let exec_id = engine.exec_create(self.id, &exec).await?;
-        let mut output = engine.exec_start(&exec_id).await?;
+        let mut output = Gathered::new(engine.exec_start(&exec_id).await?);
         let mut broke = None;
         // A slow log holds the output back (back-pressure on the step); an
         // interrupt still ends it at once.
