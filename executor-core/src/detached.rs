@@ -126,14 +126,22 @@ pub const KEPT_CHUNKS: u64 = 8;
 /// engine ends an exec whose own process ended. A second start of the
 /// same step (an exec whose upgrade answer was lost, tried again) finds
 /// the pipes made and follows the first instead of running the step
-/// twice.
+/// twice. It ends with the mark only when it sent every byte and the
+/// status is a number from 0 to 255; otherwise (bytes no longer kept, a
+/// supervisor gone, a status the step forged) it ends unmarked, so the
+/// runner takes it for a cut and follows: the follow counts the lost
+/// bytes, and the runner checks the status. Its own exit code is never
+/// taken for the step's.
 const START: &str = r#"d=$0
 old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
 if ! mkfifo "$d.o" "$d.e" "$d.O" "$d.E" 2>/dev/null; then
   [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&2; exit 125; }
+  second=1
   FOLLOW
   s=$(cat "$d.status" 2>/dev/null)
-  case "$s" in ''|*[!0-9]*) exit 125;; esac
+  case "$s" in ''|*[!0-9]*|????*) exit 125;; esac
+  [ "$s" -le 255 ] || exit 125
+  marked
   exit "$s"
 fi
 record() {
@@ -167,8 +175,9 @@ echo $! > "$d.pid"
 wait $!"#;
 
 /// Sends the recorded streams on from offsets `o` and `e` until the
-/// status file is there (its writer waited for the recorders), then exits
-/// 0. Exits [`FOLLOW_LOST`] when the supervisor is gone without a status;
+/// status file is there (its writer waited for the recorders); what comes
+/// after it in a script ends the streams with `marked`. Exits, marked
+/// unless `second` is set, [`FOLLOW_LOST`] when the supervisor is gone without a status;
 /// [`FOLLOW_GAP_STDOUT`] or [`FOLLOW_GAP_STDERR`] when the next bytes of
 /// that stream are no longer kept (it has sent everything before them);
 /// [`FOLLOW_AGAIN`] when a piece was removed while it was being sent, so
@@ -179,7 +188,7 @@ wait $!"#;
 const FOLLOW: &str = r#"C=8388608
 exec 7>&1 8>&2
 marked() { trap '' PIPE; printf '\000knotless-step-end\n' >&7; printf '\000knotless-step-end\n' >&8; }
-end() { marked; exit "$1"; }
+end() { [ -n "$second" ] || marked; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
   while :; do
@@ -206,8 +215,7 @@ while :; do
   case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || end 3; continue;; esac
   kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || end 3
   sleep 0.2 2>/dev/null || sleep 1
-done
-marked"#;
+done"#;
 
 /// The exit status of the follow when the next bytes of stdout are no
 /// longer kept.
@@ -261,7 +269,7 @@ impl StepFiles {
         vec![
             "sh".into(),
             "-c".into(),
-            format!("d=$0; o=$1; e=$2\n{FOLLOW}"),
+            format!("d=$0; o=$1; e=$2\n{FOLLOW}\nmarked"),
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),

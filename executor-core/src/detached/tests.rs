@@ -337,6 +337,73 @@ async fn a_second_start_of_a_step_follows_the_first_instead_of_running_it_again(
     }
 }
 
+/// A second start that cannot send the step's output from its first byte
+/// (the first pieces are gone) or finds a forged status must not end as
+/// if its exit code were the step's: it ends unmarked, and the runner
+/// follows it as a cut.
+#[tokio::test]
+async fn a_second_start_counts_a_gap_and_never_takes_its_own_code_for_the_steps() {
+    for shell in shells() {
+        let (dir, files) = state();
+        let script = "yes | head -c 104857600; echo last-line; exit 9";
+        let start = files.start_argv("", Script::Inline(script));
+        let exec = HostExec::new(&shell, &[]);
+        assert_eq!(
+            to_end(&exec, &files, &start).await,
+            StepEnd::Exited(9),
+            "{shell:?}"
+        );
+        let (log, text) = RunLog::memory();
+        let outputs = Outputs::attach(&log);
+        let again = run_step(
+            &exec,
+            &files,
+            &start,
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        log.flush(Duration::from_secs(30)).await;
+        let text = text.text();
+        assert_eq!(again, StepEnd::Exited(9), "{shell:?}: {text}");
+        let lost: u64 = text
+            .lines()
+            .filter(|l| l.contains("were no longer kept"))
+            .filter_map(|l| {
+                l.trim_start_matches("==> ")
+                    .split(' ')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        let (out, _) = outputs.get();
+        assert!(lost > 0, "{shell:?}: no gap was told: {text}");
+        assert_eq!(out.len() as u64 + lost, 104857600 + 10, "{shell:?}");
+        assert!(out.ends_with("y\nlast-line\n"), "{shell:?}");
+
+        // A step whose status it forged: out of range, then not a number.
+        let files = StepFiles::new(&dir.path().display().to_string(), "u");
+        let start = files.start_argv("", Script::Inline("echo hi; exit 3"));
+        assert_eq!(
+            to_end(&exec, &files, &start).await,
+            StepEnd::Exited(3),
+            "{shell:?}"
+        );
+        for forged in ["999\n", "7x\n"] {
+            std::fs::write(dir.path().join("stepio-u.status"), forged)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let end = to_end(&exec, &files, &start).await;
+            assert!(
+                matches!(end, StepEnd::Lost(_)),
+                "{shell:?} {forged:?}: {end:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_supervisor_gone_without_a_status_is_lost_not_a_success() {
     for shell in shells() {
