@@ -214,7 +214,8 @@ pub struct RunResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attempt {
-    /// 1 for the first attempt.
+    /// 1 for the first attempt. A resumed run's result starts at the
+    /// attempt it carried on.
     pub number: u32,
     /// How the attempt ended.
     pub status: RunStatus,

@@ -449,6 +449,38 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
     let log = dir.path().join("run.log");
     let outputs = dir.path().join("outputs");
     let token = "tok-resumed-7f3a";
+    // A cache the run restores, saved by a shell run before it: the
+    // resumed result says what the killed runner's restore found.
+    let cache_dir = dir.path().join("caches");
+    let seed = dir.path().join("seed.tsv");
+    std::fs::write(&seed, "seed\tmkdir -p .c && echo seeded > .c/from\n").unwrap();
+    let seeded = cli()
+        .args([
+            "run",
+            "--executor",
+            "shell",
+            "--name",
+            "seed",
+            "--runner",
+            &runner,
+        ])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&seed)
+        .arg("--result")
+        .arg(dir.path().join("seed.json"))
+        .arg("--outputs")
+        .arg(dir.path().join("seed-outputs"))
+        .args(["--log", "/dev/null", "--cache", "deps=.c", "--cache-dir"])
+        .arg(&cache_dir)
+        .output()
+        .unwrap();
+    assert!(
+        seeded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&seeded.stderr)
+    );
     let mut args = run_logging_to_stdout("resumed", &runner, dir.path(), &steps);
     // The log goes to a file, the events to stdout for the test to follow.
     let at = args.iter().position(|a| a == "--log").unwrap();
@@ -458,6 +490,8 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
         ("--outputs", outputs.as_os_str()),
         ("--events", "-".as_ref()),
         ("--secret", "TOKEN".as_ref()),
+        ("--cache", "deps=.c".as_ref()),
+        ("--cache-dir", cache_dir.as_os_str()),
     ] {
         args.push(flag.into());
         args.push(value.into());
@@ -492,6 +526,8 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
             .arg(&outputs)
             .arg("--result")
             .arg(dir.path().join("resumed.json"))
+            .arg("--cache-dir")
+            .arg(&cache_dir)
             .env("TOKEN", token);
         if secret {
             cmd.args(["--secret", "TOKEN"]);
@@ -519,6 +555,11 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
         [("first", Some(0)), ("slow", Some(0)), ("last", Some(3))],
         "{text}"
     );
+    let deps = &r.caches[0];
+    assert!(deps.hit && deps.size_in > 0, "{:?}", r.caches);
+    // The run failed (its last step), so the cache is not saved.
+    assert!(!deps.saved, "{:?}", r.caches);
+    assert_eq!(r.attempts.iter().map(|a| a.number).collect::<Vec<_>>(), [1]);
     for stream in ["tick-", "err-"] {
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(stream)).collect();
         let want: Vec<String> = (1..=50)

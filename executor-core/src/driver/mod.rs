@@ -141,7 +141,7 @@ async fn drive(
             spec,
             log,
             started_at,
-            vec![refused(spec, &err)],
+            (1, vec![refused(spec, &err)]),
             None,
         )
         .await;
@@ -189,7 +189,7 @@ async fn drive(
             break;
         }
     }
-    finish(executor, spec, log, started_at, attempts, after_all).await
+    finish(executor, spec, log, started_at, (1, attempts), after_all).await
 }
 
 /// Removes everything in `dir`, never following a link out of it.
@@ -214,13 +214,14 @@ fn millis(since: Instant) -> u64 {
 }
 
 /// The result: the last attempt described at the top level, every attempt
-/// kept; `after_all` is a failure that came between attempts.
+/// kept, numbered from `first`; `after_all` is a failure that came
+/// between attempts.
 async fn finish(
     executor: &dyn Executor,
     spec: &RunSpec,
     log: &RunLog,
     started_at: OffsetDateTime,
-    attempts: Vec<AttemptRecord>,
+    (first, attempts): (u32, Vec<AttemptRecord>),
     after_all: Option<Failure>,
 ) -> RunResult {
     let outputs = match manifest(&spec.outputs).await {
@@ -246,7 +247,7 @@ async fn finish(
         phases: Default::default(),
         attempts: Vec::with_capacity(attempts.len()),
     };
-    for (number, record) in (1u32..).zip(attempts) {
+    for (number, record) in (first..).zip(attempts) {
         result.attempts.push(Attempt {
             number,
             status: record

@@ -21,7 +21,9 @@ use crate::{
 /// the log holds (or started, if it had not been), the steps after it
 /// run, then the caches are saved, the outputs brought back and the
 /// environment stopped, as [`run_with`](crate::run_with) would have. The
-/// result has the earlier steps as the mark recorded them.
+/// result has the earlier steps and the caches' restores as the mark
+/// recorded them, and one attempt, numbered as the attempt it carried on
+/// (the attempts before it are not in the mark).
 ///
 /// `spec` is the plan's run ([`RunPlan::into_spec`](crate::resume::RunPlan::into_spec)):
 /// its outputs folder and secrets are this process's. The run timeout
@@ -63,7 +65,8 @@ async fn carry_on(
     if let Err(err) = fits(mark, spec) {
         log.line(&format!("not resumed: {err}"));
         record.note(err.failure(err.to_string()));
-        return finish(executor, spec, log, started_at, vec![record.ended()], None).await;
+        let attempt = (mark.attempt.max(1), vec![record.ended()]);
+        return finish(executor, spec, log, started_at, attempt, None).await;
     }
     let ran_for =
         Duration::try_from(OffsetDateTime::now_utc() - live.plan.started_at).unwrap_or_default();
@@ -120,21 +123,47 @@ async fn carry_on(
             run_steps(executor, handle, spec, log, &watch, steps, &mut record).await;
         }
     }
-    // The caches were restored by the runner before; they are saved as
-    // that runner would have.
-    record.caches = spec
-        .caches
-        .iter()
-        .map(|cache| CacheResult {
-            key: cache.key.clone(),
-            path: cache.resolve(&handle.work_dir),
-            namespace: spec.trust,
-            note: Some("restored by the runner process before this one".into()),
-            ..CacheResult::default()
-        })
-        .collect();
+    record.caches = restored_caches(spec, &handle.work_dir, mark);
     wind_up(executor, handle, spec, log, options, &watch, &mut record).await;
-    finish(executor, spec, log, started_at, vec![record.ended()], None).await
+    let attempt = (mark.attempt.max(1), vec![record.ended()]);
+    finish(executor, spec, log, started_at, attempt, None).await
+}
+
+/// The caches the runner process before this one restored, as its log's
+/// mark recorded them, to be saved as that runner would have. Only what
+/// the restore found comes from the mark: the key, the folder and the
+/// namespace saved into are the run's own.
+fn restored_caches(spec: &RunSpec, work_dir: &str, mark: &Mark) -> Vec<CacheResult> {
+    spec.caches
+        .iter()
+        .map(|cache| {
+            let path = cache.resolve(work_dir);
+            let own = CacheResult {
+                key: cache.key.clone(),
+                path: path.clone(),
+                namespace: spec.trust,
+                ..CacheResult::default()
+            };
+            match mark
+                .caches
+                .iter()
+                .find(|c| c.key == cache.key && c.path == path)
+            {
+                Some(was) => CacheResult {
+                    hit: was.hit,
+                    size_in: was.size_in,
+                    ms_in: was.ms_in,
+                    restored_from: was.restored_from,
+                    note: was.note.clone(),
+                    ..own
+                },
+                None => CacheResult {
+                    note: Some("restored by the runner process before this one".into()),
+                    ..own
+                },
+            }
+        })
+        .collect()
 }
 
 /// Whether `mark` is of a run of `spec` that can be carried on.
@@ -167,4 +196,64 @@ fn fits(mark: &Mark, spec: &RunSpec) -> Result<(), ExecutorError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CacheSpec, Trust};
+
+    #[test]
+    fn a_resumed_run_reports_the_restores_its_mark_saw_and_saves_as_its_own_run() {
+        let mut spec = RunSpec::new("r", "did:plc:r", "/checkout", "/outputs");
+        spec.trust = Trust::Untrusted;
+        spec.caches = vec![
+            CacheSpec {
+                key: "cargo".into(),
+                path: "target".into(),
+            },
+            CacheSpec {
+                key: "npm".into(),
+                path: "/root/.npm".into(),
+            },
+            CacheSpec {
+                key: "pip".into(),
+                path: "/root/.pip".into(),
+            },
+        ];
+        let seen = |key: &str, path: &str| CacheResult {
+            key: key.into(),
+            path: path.into(),
+            hit: true,
+            size_in: 7,
+            ms_in: 3,
+            // Nothing but what the restore found is taken from the mark.
+            namespace: Trust::Trusted,
+            restored_from: Some(Trust::Trusted),
+            saved: true,
+            ..CacheResult::default()
+        };
+        let mark = Mark {
+            // npm's folder is not the run's: another run's mark.
+            caches: vec![seen("cargo", "/work/target"), seen("npm", "/elsewhere")],
+            ..Mark::default()
+        };
+        let caches = restored_caches(&spec, "/work", &mark);
+        let cargo = &caches[0];
+        assert_eq!(
+            (cargo.path.as_str(), cargo.hit, cargo.size_in, cargo.ms_in),
+            ("/work/target", true, 7, 3)
+        );
+        assert_eq!(cargo.restored_from, Some(Trust::Trusted));
+        assert_eq!((cargo.namespace, cargo.saved), (Trust::Untrusted, false));
+        for other in &caches[1..] {
+            assert!(!other.hit, "{other:?}");
+            assert_eq!(other.namespace, Trust::Untrusted);
+            assert_eq!(
+                other.note.as_deref(),
+                Some("restored by the runner process before this one")
+            );
+        }
+        assert_eq!(caches[1].path, "/root/.npm");
+    }
 }

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 
 use crate::detached::Offsets;
 use crate::events::Event;
-use crate::{StepResult, StepStatus};
+use crate::{CacheResult, StepResult, StepStatus};
 
 /// How far a run got, as its log shows it; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +33,9 @@ pub struct Mark {
     pub run_started_at: Option<OffsetDateTime>,
     /// The attempt whose environment is the run's now.
     pub attempt: u32,
+    /// The caches that attempt restored, as the result records them.
+    #[serde(default)]
+    pub caches: Vec<CacheResult>,
     /// The steps of that attempt that finished, in order.
     pub finished: Vec<StepResult>,
     /// The step running, if one is.
@@ -102,9 +105,11 @@ impl Mark {
             Event::RunStarted { at, .. } => self.run_started_at = Some(*at),
             Event::EnvironmentReady { attempt, .. } => {
                 self.attempt = *attempt;
+                self.caches.clear();
                 self.finished.clear();
                 self.running = None;
             }
+            Event::CacheRestored { cache, .. } => self.caches.push(cache.clone()),
             Event::StepStarted {
                 at, step, index, ..
             } => {
@@ -295,6 +300,35 @@ mod tests {
             text.contains("[MASKED]\n") && !text.contains("hunter"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_caches_an_attempt_restored_are_marked_and_a_new_attempt_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("run.log");
+        let log = RunLog::create_resumable(&path).unwrap_or_else(|e| panic!("{e}"));
+        let ready = |attempt| Event::EnvironmentReady {
+            at: OffsetDateTime::now_utc(),
+            attempt,
+            start_ms: 1,
+        };
+        let hit = CacheResult {
+            key: "cargo".into(),
+            path: "/work/target".into(),
+            hit: true,
+            size_in: 42,
+            ..CacheResult::default()
+        };
+        log.emit(ready(1));
+        log.emit(Event::CacheRestored {
+            at: OffsetDateTime::now_utc(),
+            cache: hit.clone(),
+        });
+        let mark = mark_now(&log, &path).await;
+        assert_eq!((mark.attempt, mark.caches), (1, vec![hit]));
+        log.emit(ready(2));
+        let mark = mark_now(&log, &path).await;
+        assert_eq!((mark.attempt, mark.caches), (2, Vec::new()));
     }
 
     #[tokio::test]
