@@ -265,13 +265,26 @@ async fn run_script_held(
     if late {
         exec.held = Some(dir.path().join("stepio-t.status"));
     }
+    let start = files.start_argv("", Script::Inline(script));
+    let (end, text, outputs) = logged(&exec, &files, &start).await;
+    let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len();
+    (end, text, execs, outputs)
+}
+
+/// Runs the step `start` starts through `exec` to its end: how it ended,
+/// the log's text, and its stdout and stderr as the log's events carried
+/// them.
+async fn logged(
+    exec: &HostExec,
+    files: &StepFiles,
+    start: &[String],
+) -> (StepEnd, String, (String, String)) {
     let (log, text) = RunLog::memory();
     let outputs = Outputs::attach(&log);
-    let start = files.start_argv("", Script::Inline(script));
     let end = run_step(
-        &exec,
-        &files,
-        &start,
+        exec,
+        files,
+        start,
         &log,
         &CancellationToken::new(),
         FOLLOW_NOW,
@@ -279,8 +292,30 @@ async fn run_script_held(
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     log.flush(Duration::from_secs(30)).await;
-    let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len();
-    (end, text.text(), execs, outputs.get())
+    (end, text.text(), outputs.get())
+}
+
+/// The runner's lines of a log, without the step's output (which may be
+/// 64 MiB), to show when an assertion fails.
+fn runner_lines(text: &str) -> String {
+    text.lines()
+        .filter(|l| l.starts_with("==> "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The bytes a log says were no longer kept, over all its gaps.
+fn lost_bytes(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.contains("were no longer kept"))
+        .map(|said| {
+            said.trim_start_matches("==> ")
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{said}"))
+        })
+        .sum()
 }
 
 #[tokio::test]
@@ -353,35 +388,25 @@ async fn a_second_start_counts_a_gap_and_never_takes_its_own_code_for_the_steps(
             StepEnd::Exited(9),
             "{shell:?}"
         );
-        let (log, text) = RunLog::memory();
-        let outputs = Outputs::attach(&log);
-        let again = run_step(
-            &exec,
-            &files,
-            &start,
-            &log,
-            &CancellationToken::new(),
-            FOLLOW_NOW,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-        log.flush(Duration::from_secs(30)).await;
-        let text = text.text();
-        assert_eq!(again, StepEnd::Exited(9), "{shell:?}: {text}");
-        let lost: u64 = text
-            .lines()
-            .filter(|l| l.contains("were no longer kept"))
-            .filter_map(|l| {
-                l.trim_start_matches("==> ")
-                    .split(' ')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum();
-        let (out, _) = outputs.get();
-        assert!(lost > 0, "{shell:?}: no gap was told: {text}");
-        assert_eq!(out.len() as u64 + lost, 104857600 + 10, "{shell:?}");
+        let (again, text, (out, _)) = logged(&exec, &files, &start).await;
+        assert_eq!(
+            again,
+            StepEnd::Exited(9),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        let lost = lost_bytes(&text);
+        assert!(
+            lost > 0,
+            "{shell:?}: no gap was told: {}",
+            runner_lines(&text)
+        );
+        assert_eq!(
+            out.len() as u64 + lost,
+            104857600 + 10,
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
         assert!(out.ends_with("y\nlast-line\n"), "{shell:?}");
 
         // A step whose status it forged: out of range, then not a number.
@@ -517,23 +542,15 @@ async fn bytes_no_longer_kept_are_counted_in_the_log_never_a_silent_gap() {
         let (end, text, _, (out, _)) = run_script_held(&shell, &[Some(10)], script, true).await;
         assert_eq!(end, StepEnd::Exited(9), "{shell:?}");
         let total: u64 = 104857600 + "last-line\n".len() as u64;
-        let told: Vec<&str> = text
-            .lines()
-            .filter(|l| l.contains("were no longer kept"))
-            .collect();
-        let lost: u64 = told
-            .iter()
-            .map(|said| {
-                said.trim_start_matches("==> ")
-                    .split(' ')
-                    .next()
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or_else(|| panic!("{said}"))
-            })
-            .sum();
+        let lost = lost_bytes(&text);
         assert!(lost > 0, "{shell:?}: no gap was told");
         // Every byte is in the log or counted as lost, none twice.
-        assert_eq!(out.len() as u64 + lost, total, "{shell:?}: {told:?}");
+        assert_eq!(
+            out.len() as u64 + lost,
+            total,
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
         assert!(out.ends_with("y\nlast-line\n"), "{shell:?}");
         assert!(out.starts_with("y\ny\ny\ny\ny\n"), "{shell:?}");
     }
