@@ -40,6 +40,8 @@ use crate::resume::PLAN_DIGEST_KEY;
 use crate::script::{Script, ScriptFiles};
 use crate::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
 
+pub mod gather;
+
 /// The runner's own folder in every container environment: the step
 /// scripts, the run's plan and each step's files.
 pub const STATE_DIR: &str = "/.knotless";

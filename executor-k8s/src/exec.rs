@@ -6,6 +6,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use executor_core::container::gather::{Frame, Gathered};
+use executor_core::events::OutputStream;
 use executor_core::ExecutorError;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -110,29 +112,34 @@ impl ExecSession for WsExec {
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + self.keepalive, self.keepalive);
         let write_err = |e: std::io::Error| ExecutorError::backend("writing exec output", e);
+        // A loud step's messages that are already there reach the log as
+        // one write; a pause after a loud one slowed a TCP exec down (see
+        // `gather`).
+        let mut gathered = Gathered::without_pause();
         loop {
             tokio::select! {
                 biased;
                 _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
-                msg = self.socket.next() => match msg {
-                    Some(Ok(Message::Binary(data))) => match data.first() {
-                        // A slow log holds the output back; an interrupt still ends it.
-                        Some(&STDOUT) => tokio::select! {
-                            written = tokio::io::AsyncWriteExt::write_all(stdout, &data[1..]) => written.map_err(write_err)?,
-                            _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
-                        },
-                        Some(&STDERR) => tokio::select! {
-                            written = tokio::io::AsyncWriteExt::write_all(stderr, &data[1..]) => written.map_err(write_err)?,
-                            _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
-                        },
-                        Some(&ERROR) => return Ok(parse_status(&data[1..])),
-                        _ => {}
+                msg = gathered.next((&mut self.socket).map(frame_of)) => match msg {
+                    // A slow log holds the output back; an interrupt still ends it.
+                    Some(Ok(Frame::Output(OutputStream::Stdout, data))) => tokio::select! {
+                        written = tokio::io::AsyncWriteExt::write_all(stdout, &data) => written.map_err(write_err)?,
+                        _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
                     },
-                    Some(Ok(Message::Close(frame))) => {
+                    Some(Ok(Frame::Output(OutputStream::Stderr, data))) => tokio::select! {
+                        written = tokio::io::AsyncWriteExt::write_all(stderr, &data) => written.map_err(write_err)?,
+                        _ = interrupt.cancelled() => return Ok(Ended::Interrupted),
+                    },
+                    Some(Ok(Frame::Other(Message::Binary(data)))) => {
+                        if data.first() == Some(&ERROR) {
+                            return Ok(parse_status(&data[1..]));
+                        }
+                    }
+                    Some(Ok(Frame::Other(Message::Close(frame)))) => {
                         let why = frame.map(|f| f.reason.to_string()).filter(|r| !r.is_empty());
                         return Ok(Ended::Closed(why.unwrap_or_else(|| "the server closed the exec".into())));
                     }
-                    Some(Ok(_)) => {}
+                    Some(Ok(Frame::Other(_))) => {}
                     Some(Err(err)) => return Ok(Ended::Closed(format!("the exec connection broke: {err}"))),
                     None => return Ok(Ended::Closed("the exec connection ended".into())),
                 },
@@ -159,6 +166,20 @@ impl ExecSession for WsExec {
             }
         }
     }
+}
+
+/// A message as a [`Frame`]: stdout and stderr as output (without their
+/// channel byte), anything else as it is.
+fn frame_of(msg: Result<Message, WsError>) -> Result<Frame<Message>, WsError> {
+    Ok(match msg? {
+        Message::Binary(data) if data.first() == Some(&STDOUT) => {
+            Frame::Output(OutputStream::Stdout, data.slice(1..))
+        }
+        Message::Binary(data) if data.first() == Some(&STDERR) => {
+            Frame::Output(OutputStream::Stderr, data.slice(1..))
+        }
+        other => Frame::Other(other),
+    })
 }
 
 async fn read_some(
@@ -302,6 +323,61 @@ mod tests {
                 .any(|f| f.first() == Some(&CLOSE)),
             "v4 has no CLOSE"
         );
+    }
+
+    /// Counts the writes it takes.
+    #[derive(Default)]
+    struct Writes {
+        bytes: Vec<u8>,
+        writes: usize,
+    }
+
+    impl tokio::io::AsyncWrite for Writes {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let this = self.get_mut();
+            this.writes += 1;
+            this.bytes.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_already_there_reach_the_log_in_one_write_per_stream_run() {
+        let script = vec![
+            frame(STDOUT, b"one "),
+            frame(STDOUT, b"two "),
+            frame(STDOUT, b"three\n"),
+            frame(STDERR, b"warn\n"),
+            frame(STDOUT, b"four\n"),
+            frame(ERROR, br#"{"status":"Success"}"#),
+        ];
+        let (exec, _) = session(true, script, |_| true);
+        let (mut out, mut err) = (Writes::default(), Writes::default());
+        let io = ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        let ended = Box::new(exec)
+            .finish(io, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(ended, Ended::Exited(0));
+        assert_eq!(
+            (&out.bytes[..], out.writes),
+            (&b"one two three\nfour\n"[..], 2)
+        );
+        assert_eq!((&err.bytes[..], err.writes), (&b"warn\n"[..], 1));
     }
 
     #[tokio::test]

@@ -5,10 +5,13 @@
 use super::*;
 use executor_core::container::StepEnvironment;
 use executor_core::detached::{ExecEnd, StepExec};
+use std::convert::Infallible;
+
+use futures_util::TryStreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::gathered::Gathered;
 use crate::engine::StepStream;
+use executor_core::container::gather::{Frame, Gathered};
 
 impl DockerExecutor {
     /// Runs a runner-internal command as root, failing with its output;
@@ -175,15 +178,20 @@ impl StepExec for StepChannel<'_> {
             user: self.executor.options.user.clone(),
         };
         let exec_id = engine.exec_create(self.id, &exec).await?;
-        let mut output = Gathered::new(engine.exec_start(&exec_id).await?);
+        let mut frames = engine
+            .exec_start(&exec_id)
+            .await?
+            .map_ok(|(stream, bytes)| Frame::<Infallible>::Output(stream, bytes));
+        let mut gathered = Gathered::new();
         let mut broke = None;
         // A slow log holds the output back (back-pressure on the step); an
         // interrupt still ends it at once.
         let pump = async {
-            while let Some(chunk) = output.next().await {
+            while let Some(chunk) = gathered.next(&mut frames).await {
                 let written = match chunk {
-                    Ok((StepStream::Stdout, bytes)) => stdout.write_all(&bytes).await,
-                    Ok((StepStream::Stderr, bytes)) => stderr.write_all(&bytes).await,
+                    Ok(Frame::Output(StepStream::Stdout, bytes)) => stdout.write_all(&bytes).await,
+                    Ok(Frame::Output(StepStream::Stderr, bytes)) => stderr.write_all(&bytes).await,
+                    Ok(Frame::Other(never)) => match never {},
                     Err(err) => {
                         broke = Some(err.to_string());
                         break;

@@ -27,7 +27,6 @@ use executor_core::script::ScriptFiles;
 
 mod container;
 mod execs;
-mod gathered;
 use crate::{DockerOptions, PullPolicy};
 
 /// How long an exec may take to report that it stopped after its output ended.
