@@ -20,10 +20,10 @@
 //!
 //! A Kubernetes exec joins without the pause ([`Gathered::without_pause`]):
 //! its messages come over TCP, often in bursts, and on the test cluster
-//! the pause made the same step slower (a median of 5.6 s against 5.0,
-//! and two runs in seven of 7 and 10 s) though it cut the runner's CPU by
-//! two fifths. Joining alone took it from 5.8 s to 5.2 s and the runner's
-//! CPU from 1.3–1.5 s to 1.1–1.3 s.
+//! the pause made the same 512 MiB step slower (a median of 5.7 s against
+//! 5.3, and three runs in thirteen of 7 to 10 s) though it cut the
+//! runner's CPU by two fifths. Joining alone took it from 5.75 s to 5.2 s
+//! and the runner's CPU from 1.3–1.5 s to 1.1–1.3 s.
 //!
 //! ```
 //! use bytes::Bytes;
