@@ -190,7 +190,7 @@ impl Event {
             at: OffsetDateTime::now_utc(),
             step,
             stream,
-            text: String::from_utf8_lossy(bytes).into_owned(),
+            text: lossy(bytes),
             bytes: bytes.to_vec(),
         }
     }
@@ -438,6 +438,14 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
         }
         let joined;
         let event = match event {
+            Event::Output { stream, bytes, .. }
+                if state.tails[*stream as usize].is_empty()
+                    && complete_utf8(bytes) == bytes.len() =>
+            {
+                // Whole characters with nothing held before them: the
+                // event's text is already the line's.
+                event
+            }
             Event::Output {
                 at,
                 step,
@@ -457,7 +465,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
                     at: *at,
                     step: step.clone(),
                     stream: *stream,
-                    text: String::from_utf8_lossy(&piece).into_owned(),
+                    text: lossy(&piece),
                     bytes: Vec::new(),
                 };
                 &joined
@@ -473,6 +481,15 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             state.failed = true;
             tracing::warn!(%err, "writing run events failed; further events are lost");
         }
+    }
+}
+
+/// `bytes` as text, each invalid sequence shown as U+FFFD. Valid UTF-8,
+/// a step's usual output, takes the standard library's faster check.
+fn lossy(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 
