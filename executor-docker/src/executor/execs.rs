@@ -2,16 +2,15 @@
 //! a settled status, a step's process tree killed, an OOM kill or a
 //! container gone.
 
-use super::*;
-use executor_core::container::StepEnvironment;
-use executor_core::detached::{ExecEnd, StepExec};
 use std::convert::Infallible;
 
-use futures_util::TryStreamExt;
+use super::*;
+use executor_core::container::gather::{Frame, Gathered};
+use executor_core::container::StepEnvironment;
+use executor_core::detached::{ExecEnd, StepExec};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::engine::StepStream;
-use executor_core::container::gather::{Frame, Gathered};
 
 impl DockerExecutor {
     /// Runs a runner-internal command as root, failing with its output;
