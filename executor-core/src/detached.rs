@@ -269,7 +269,9 @@ impl StepFiles {
         vec![
             "sh".into(),
             "-c".into(),
-            format!("d=$0; o=$1; e=$2\n{FOLLOW}\nmarked"),
+            // `second` is the start's alone: a step variable of that name
+            // reaches this exec's environment too.
+            format!("d=$0; o=$1; e=$2; second=\n{FOLLOW}\nmarked"),
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),

@@ -429,6 +429,38 @@ async fn a_second_start_counts_a_gap_and_never_takes_its_own_code_for_the_steps(
     }
 }
 
+/// A follow's special endings are marked whatever the exec's environment
+/// holds: a step variable named like the start's own `second` must not
+/// make a gap look like a cut.
+#[test]
+fn a_follow_marks_its_gap_even_with_a_step_variable_named_second() {
+    for shell in shells() {
+        let (dir, files) = state();
+        // Piece 0 is gone and piece 1 is there: the next bytes are lost.
+        std::fs::write(dir.path().join("stepio-t.out.1"), "later\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("stepio-t.status"), "0\n").unwrap_or_else(|e| panic!("{e}"));
+        let argv = files.follow_argv(Offsets::default());
+        let out = std::process::Command::new(shell[0])
+            .args(&shell[1..])
+            .args(&argv[1..])
+            .env("second", "1")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.status.code(), Some(FOLLOW_GAP_STDOUT), "{shell:?}");
+        assert!(
+            out.stdout.ends_with(END_MARK),
+            "{shell:?}: {:?}",
+            out.stdout
+        );
+        assert!(
+            out.stderr.ends_with(END_MARK),
+            "{shell:?}: {:?}",
+            out.stderr
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_supervisor_gone_without_a_status_is_lost_not_a_success() {
     for shell in shells() {
