@@ -273,17 +273,28 @@ mod tests {
 
     /// Drives a session with `stdin`; returns how it ended, stdout and stderr.
     async fn finish(exec: WsExec, stdin: &[u8]) -> (Ended, Vec<u8>, Vec<u8>) {
-        let (mut input, mut out, mut err) = (stdin, Vec::new(), Vec::new());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let ended = drive(exec, stdin, &mut out, &mut err).await;
+        (ended, out, err)
+    }
+
+    /// Drives a session with `stdin`, its output into `out` and `err`;
+    /// returns how it ended.
+    async fn drive(
+        exec: WsExec,
+        mut stdin: &[u8],
+        out: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        err: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+    ) -> Ended {
         let io = ExecIo {
-            stdin: Some(&mut input),
-            stdout: &mut out,
-            stderr: &mut err,
+            stdin: Some(&mut stdin),
+            stdout: out,
+            stderr: err,
         };
-        let ended = Box::new(exec)
+        Box::new(exec)
             .finish(io, &CancellationToken::new())
             .await
-            .unwrap();
-        (ended, out, err)
+            .unwrap()
     }
 
     #[tokio::test]
@@ -363,15 +374,7 @@ mod tests {
         ];
         let (exec, _) = session(true, script, |_| true);
         let (mut out, mut err) = (Writes::default(), Writes::default());
-        let io = ExecIo {
-            stdin: None,
-            stdout: &mut out,
-            stderr: &mut err,
-        };
-        let ended = Box::new(exec)
-            .finish(io, &CancellationToken::new())
-            .await
-            .unwrap();
+        let ended = drive(exec, b"", &mut out, &mut err).await;
         assert_eq!(ended, Ended::Exited(0));
         assert_eq!(
             (&out.bytes[..], out.writes),
