@@ -206,9 +206,9 @@ impl Cluster for DryRunCluster {
 
 /// The dry-run's exec: it has started nothing, so it reads no stdin and
 /// ends at once with success (what a run that goes on would see).
-/// An exec that ends at once; a step's start or follow ends both
-/// streams with the end mark, as it would.
 struct DryExec {
+    /// A step's start or follow: both streams end with the end mark, as
+    /// they would.
     marked: bool,
 }
 
