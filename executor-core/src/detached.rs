@@ -23,7 +23,15 @@
 //! like a whole one when its connection is cut), so the supervisor and
 //! every follow end both streams with [`END_MARK`] once all output is in
 //! them. The runner takes the mark off, and an exec whose streams do not
-//! both end with it was cut, whatever its exit code says.
+//! both end with it was cut, whatever its exit code says. They also begin
+//! both streams with [`BEGIN_MARK`], with the wrapper's own shell errors
+//! sent nowhere: what an engine writes into a stream it could not start
+//! is never counted as the step's output.
+//!
+//! A follow that ends at once with nothing through, again and again, is
+//! tried after longer and longer pauses; after 11 the runner kills the
+//! step's processes, which can hold every process the environment allows,
+//! and follows once more.
 //!
 //! The scripts are POSIX `sh` with `mkfifo`, `tee`, `dd`, `tail`, `head`,
 //! `wc` and `cat`: busybox and coreutils both have them. Everything in the
@@ -52,9 +60,12 @@ use tokio_util::sync::CancellationToken;
 use crate::events::OutputStream;
 use crate::script::Script;
 use crate::{ExecutorError, FailureKind, RunLog};
+use begin_mark::Begun;
+pub use begin_mark::BEGIN_MARK;
 use end_mark::EndMarked;
 pub use end_mark::END_MARK;
 
+mod begin_mark;
 mod end_mark;
 
 /// The files of one step in the environment's state folder, all named
@@ -83,6 +94,10 @@ pub const FOLLOW_LOST: i32 = 3;
 
 /// How many times in a row a stream may break with nothing through it.
 const MAX_IDLE_CUTS: u32 = 10;
+
+/// Half the first pause after a follow that ended at once with nothing
+/// through: 50 ms, doubling with each one after, to 800 ms.
+const IDLE_PAUSE: Duration = Duration::from_millis(25);
 
 /// A follow that stayed open this long before it broke is not part of a
 /// loop of failing reconnects.
@@ -133,9 +148,11 @@ pub const KEPT_CHUNKS: u64 = 8;
 /// bytes, and the runner checks the status. Its own exit code is never
 /// taken for the step's.
 const START: &str = r#"d=$0
+STREAMS
 old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
 if ! mkfifo "$d.o" "$d.e" "$d.O" "$d.E" 2>/dev/null; then
-  [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&2; exit 125; }
+  [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&4; exit 125; }
+  BEGIN
   second=1
   FOLLOW
   s=$(cat "$d.status" 2>/dev/null)
@@ -157,6 +174,7 @@ record() {
   done
 }
 (
+  BEGIN
   [ -z "$old" ] || rm -f $old 3>&- 4>&- &
   (trap '' PIPE; exec tee -a "$d.O") < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&- &
   record out $! < "$d.O" 3>&- 4>&- &
@@ -170,9 +188,27 @@ record() {
   trap '' PIPE
   [ -n "$held" ] || { printf '\000knotless-step-end\n' >&3; printf '\000knotless-step-end\n' >&4; }
   exit "$s"
-) 3>&1 4>&2 > /dev/null 2>&1 &
+) &
 echo $! > "$d.pid"
 wait $!"#;
+
+/// What a start and a follow do first: keep the exec's streams as fds 3
+/// and 4, and send the shell's own words (a fork that failed, a tool
+/// that is missing) nowhere. Only the step's output, and the marks, go
+/// to the exec.
+const STREAMS: &str = "exec 3>&1 4>&2 >/dev/null 2>&1";
+
+/// Begins both streams with [`BEGIN_MARK`]: only bytes after it are
+/// counted as the step's. An engine that could not start the exec writes
+/// its own error into the stream (Docker's `OCI runtime exec failed`),
+/// and taking that for the step's output would put it in the log and move
+/// the offsets a follow goes on from. A start's supervisor writes it, not
+/// the exec's own process, which an engine kills when its client goes
+/// away: a cut in the mark must not keep the step from starting. SIGPIPE
+/// is ignored only while the marks are written: a stream cut at once
+/// must not kill the supervisor, and the step must not inherit an
+/// ignored SIGPIPE.
+const BEGIN: &str = r#"trap '' PIPE; printf '\000knotless-step-begin\n' >&3; printf '\000knotless-step-begin\n' >&4; trap - PIPE"#;
 
 /// Sends the recorded streams on from offsets `o` and `e` until the
 /// status file is there (its writer waited for the recorders); what comes
@@ -186,8 +222,7 @@ wait $!"#;
 /// every 200 ms (a second where `sleep` takes whole seconds only): this
 /// runs only after a stream broke.
 const FOLLOW: &str = r#"C=8388608
-exec 7>&1 8>&2
-marked() { trap '' PIPE; printf '\000knotless-step-end\n' >&7; printf '\000knotless-step-end\n' >&8; }
+marked() { trap '' PIPE; printf '\000knotless-step-end\n' >&3; printf '\000knotless-step-end\n' >&4; }
 end() { [ -n "$second" ] || marked; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
@@ -208,8 +243,8 @@ send() {
 }
 while :; do
   if [ -s "$d.status" ]; then last=1; else last=; fi
-  x=$o; send out 4; o=$x
-  x=$e; send err 5 >&2; e=$x
+  x=$o; send out 4 >&3; o=$x
+  x=$e; send err 5 >&4; e=$x
   [ -n "$last" ] && break
   p=$(cat "$d.pid" 2>/dev/null)
   case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || end 3; continue;; esac
@@ -251,9 +286,12 @@ impl StepFiles {
         };
         let follow = format!("o=0; e=0\n{FOLLOW}");
         let text = START
+            .replace("STREAMS", STREAMS)
+            .replace("BEGIN", BEGIN)
             .replace("FOLLOW", &follow)
-            .replace("PRELUDE", prelude)
-            .replace("FLAGS", flags);
+            .replace("FLAGS", flags)
+            // Last: the prelude names the step's variables (`CFLAGS`).
+            .replace("PRELUDE", prelude);
         vec![
             "sh".into(),
             "-c".into(),
@@ -271,7 +309,7 @@ impl StepFiles {
             "-c".into(),
             // `second` is the start's alone: a step variable of that name
             // reaches this exec's environment too.
-            format!("d=$0; o=$1; e=$2; second=\n{FOLLOW}\nmarked"),
+            format!("d=$0; o=$1; e=$2; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked"),
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),
@@ -337,10 +375,12 @@ impl StepFiles {
         vec!["cat".into(), format!("{}.status", self.prefix)]
     }
 
-    /// A POSIX `sh` script that kills the step's supervisor and every
-    /// process under it.
+    /// A POSIX `sh` script that kills the step's supervisor, every
+    /// process under it, and what the step left behind that still writes
+    /// its output.
     pub fn kill_script(&self) -> String {
-        crate::script::kill_tree(&self.pid_file())
+        let (out, err) = (format!("{}.o", self.prefix), format!("{}.e", self.prefix));
+        crate::script::kill_tree(&self.pid_file(), &[&out, &err])
     }
 }
 
@@ -443,7 +483,7 @@ pub async fn run_step(
 ) -> Result<StepEnd, ExecutorError> {
     let mut out = Counted::new(log.writer_for(OutputStream::Stdout));
     let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
-    let marked = Marked(exec);
+    let marked = Marked { exec, log };
     let first = match follow.from {
         None => marked.exec(start, &mut out, &mut err, interrupt).await?,
         Some(from) => match started(exec, files, follow, log, interrupt).await? {
@@ -468,6 +508,7 @@ pub async fn run_step(
     let mut idle_cuts = 0u32;
     let mut last = Offsets::default();
     let mut lasted = false;
+    let mut starved = false;
     // Bytes of each stream no longer kept when they were asked for (the
     // log has said how many), and those an earlier runner's log has: the
     // offsets go on past them.
@@ -495,13 +536,36 @@ pub async fn run_step(
             0
         };
         last = from;
-        if idle_cuts > MAX_IDLE_CUTS {
+        if idle_cuts > MAX_IDLE_CUTS && !starved {
+            // Nothing could run in the environment: most often the step
+            // (or what it left behind) holds every process the environment
+            // allows, and a follow cannot fork. Killing its processes
+            // (the kill starts none) frees them; a step that had ended
+            // keeps its status, so how it ended can still be read.
+            starved = true;
+            idle_cuts = 0;
+            log.line(&format!(
+                "following the step ended {} times in a row with nothing through: the environment may have no process left for it (the step's processes can hold every one its limit allows); killing the step's processes, then reading how it ended",
+                MAX_IDLE_CUTS + 1
+            ));
+            tracing::warn!(cuts, "killing a step whose environment runs nothing more");
+            if let Err(err) = exec.kill(&files.kill_script()).await {
+                tracing::warn!(%err, "could not kill the step's processes");
+            }
+        } else if idle_cuts > MAX_IDLE_CUTS {
             return Err(ExecutorError::LostExitStatus {
                 what: "following the step".into(),
                 detail: format!(
-                    "it ended {idle_cuts} times in a row with nothing through, after {cuts} cuts"
+                    "it ended {idle_cuts} times in a row with nothing through, after {cuts} cuts, and again after its processes were killed"
                 ),
             });
+        } else if idle_cuts > 0 {
+            // Each try that ends at once waits longer than the last.
+            let pause = IDLE_PAUSE.saturating_mul(1 << idle_cuts.min(5));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = interrupt.cancelled() => return killed(exec, files).await,
+            }
         }
         let argv = files.follow_argv(from);
         let opened = tokio::time::Instant::now();
@@ -519,6 +583,12 @@ pub async fn run_step(
         why = None;
         match ended {
             ExecEnd::Exited(0) => return status(exec, files, follow, log, interrupt).await,
+            ExecEnd::Exited(FOLLOW_LOST) if starved => {
+                return Ok(StepEnd::Lost(
+                    "the step still ran when the runner killed its processes, which left nothing able to run in the environment"
+                        .into(),
+                ))
+            }
             ExecEnd::Exited(FOLLOW_LOST) => {
                 return Ok(StepEnd::Lost(
                     "the step's supervisor ended without writing a status".into(),
@@ -763,9 +833,10 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
     }
 }
 
-/// Whether the exec `argv` ends both its streams with [`END_MARK`] when it
-/// runs to its end: a step's start or a follow. A dry-run or a fake
-/// answers these with the mark, as the environment would.
+/// Whether the exec `argv` begins both its streams with [`BEGIN_MARK`]
+/// and ends them with [`END_MARK`] when it runs to its end: a step's
+/// start or a follow. A dry-run or a fake answers these with both marks,
+/// as the environment would.
 ///
 /// ```
 /// use executor_core::detached::{marks_its_end, Offsets, StepFiles};
@@ -780,11 +851,16 @@ pub fn marks_its_end(argv: &[String]) -> bool {
         .is_some_and(|script| script.contains("knotless-step-end"))
 }
 
-/// A step's execs whose end counts only when both streams end with
-/// [`END_MARK`], taken off before the log: a stream cut short that ended
-/// like a whole one (Docker's attached stream does) is a cut, whatever
-/// code the exec ended with.
-struct Marked<'a>(&'a dyn StepExec);
+/// A step's execs (starts and follows), whose output counts from
+/// [`BEGIN_MARK`] on and whose end counts only when both streams end with
+/// [`END_MARK`]; the marks are taken off before the log. A stream cut
+/// short that ended like a whole one (Docker's attached stream does) is a
+/// cut, whatever code the exec ended with; so is an exec whose command
+/// never began, and what the environment said instead is told in the log.
+struct Marked<'a> {
+    exec: &'a dyn StepExec,
+    log: &'a RunLog,
+}
 
 #[async_trait]
 impl StepExec for Marked<'_> {
@@ -795,14 +871,27 @@ impl StepExec for Marked<'_> {
         stderr: &mut (dyn AsyncWrite + Send + Unpin),
         interrupt: &CancellationToken,
     ) -> Result<ExecEnd, ExecutorError> {
-        let mut out = EndMarked::new(stdout);
-        let mut err = EndMarked::new(stderr);
-        let ended = self.0.exec(argv, &mut out, &mut err, interrupt).await;
+        let mut out = Begun::new(EndMarked::new(stdout));
+        let mut err = Begun::new(EndMarked::new(stderr));
+        let ended = self.exec.exec(argv, &mut out, &mut err, interrupt).await;
         let written =
             |e: std::io::Error| ExecutorError::backend("writing the step's output", e.to_string());
         let out = out.finish().await.map_err(written)?;
         let err = err.finish().await.map_err(written)?;
+        for said in [&out.before, &err.before] {
+            if !said.is_empty() {
+                self.log.line(&format!(
+                    "the environment answered, before the step's command began: {said}"
+                ));
+            }
+        }
+        let begun = out.begun && err.begun;
+        let out = out.inner.finish().await.map_err(written)?;
+        let err = err.inner.finish().await.map_err(written)?;
         Ok(match ended? {
+            ExecEnd::Exited(code) if !begun => {
+                ExecEnd::Cut(format!("it ended (exit {code}) before its command began"))
+            }
             ExecEnd::Exited(code) if !(out && err) => ExecEnd::Cut(format!(
                 "it ended (exit {code}) before the mark that ends a whole stream"
             )),
@@ -811,7 +900,7 @@ impl StepExec for Marked<'_> {
     }
 
     async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
-        self.0.kill(script).await
+        self.exec.kill(script).await
     }
 }
 

@@ -116,9 +116,16 @@ fn file_name(script: &str) -> String {
     format!("step-{}.sh", hex::encode(&digest[..16]))
 }
 
-/// A POSIX sh script that SIGKILLs the process in `pid_file` and every
-/// descendant, found through `/proc/*/stat`. The root is stopped first so
-/// it cannot fork while the tree is gathered.
+/// A POSIX sh script that SIGKILLs the process in `pid_file`, every
+/// process that holds one of `outputs` as its stdout or stderr, and every
+/// descendant of those, found through `/proc`. Each root is stopped first
+/// so it cannot fork while the tree is gathered.
+///
+/// The holders are what a step left behind (`sleep 600 &`): once the
+/// step's supervisor ends they are no longer its descendants, yet they
+/// still write the step's output and hold the environment's processes.
+/// The script starts no process before its kill: it must work in an
+/// environment whose every pid a step holds.
 ///
 /// It writes nothing and ignores SIGPIPE: a process that ends while the
 /// tree is gathered is skipped without a word, and a kill whose own exec
@@ -128,14 +135,33 @@ fn file_name(script: &str) -> String {
 /// The pid file is in reach of the step, and the kill runs as root: a
 /// value that is not a plain pid above 1 (`-1` would signal every process,
 /// `1` the environment's keep-alive, `0` the kill's own group) is ignored.
-pub fn kill_tree(pid_file: &str) -> String {
+pub fn kill_tree(pid_file: &str, outputs: &[&str]) -> String {
+    let held = outputs
+        .iter()
+        .flat_map(|o| {
+            let o = quote(o);
+            [
+                format!("[ \"$fd/1\" -ef {o} ]"),
+                format!("[ \"$fd/2\" -ef {o} ]"),
+            ]
+        })
+        .chain(std::iter::once("false".to_string()))
+        .collect::<Vec<_>>()
+        .join(" || ");
     format!(
         r#"trap '' PIPE
-root=$(cat {file} 2>/dev/null) || exit 0
-case "$root" in ''|*[!0-9]*|0*) exit 0;; esac
-[ "$root" -gt 1 ] 2>/dev/null && [ "$root" != "$$" ] || exit 0
-kill -STOP "$root" 2>/dev/null || exit 0
-all="$root"; frontier="$root"
+all=; frontier=; root=
+{{ read -r root < {file}; }} 2>/dev/null
+case "$root" in ''|*[!0-9]*|0*) root=;; esac
+if [ -n "$root" ] && [ "$root" -gt 1 ] 2>/dev/null && [ "$root" != "$$" ] && kill -STOP "$root" 2>/dev/null; then
+  all=$root; frontier=$root
+fi
+for fd in /proc/[0-9]*/fd; do
+  p=${{fd#/proc/}}; p=${{p%/fd}}
+  [ "$p" -gt 1 ] 2>/dev/null && [ "$p" != "$$" ] || continue
+  {{ {held}; }} 2>/dev/null || continue
+  kill -STOP "$p" 2>/dev/null && {{ all="$all $p"; frontier="$frontier $p"; }}
+done
 while [ -n "$frontier" ]; do
   next=""
   for stat in /proc/[0-9]*/stat; do
@@ -148,7 +174,7 @@ while [ -n "$frontier" ]; do
   done
   all="$all $next"; frontier="$next"
 done
-kill -KILL $all 2>/dev/null
+[ -z "$all" ] || kill -KILL $all 2>/dev/null
 rm -f {file}
 exit 0"#,
         file = quote(pid_file)
@@ -169,7 +195,7 @@ mod tests {
         let script = format!(
             "kill() {{ echo \"$*\" >> {}; }}\n{}",
             quote(&record.display().to_string()),
-            kill_tree(&pid_file.display().to_string())
+            kill_tree(&pid_file.display().to_string(), &[])
         );
         let status = std::process::Command::new("sh")
             .arg("-c")
@@ -191,5 +217,36 @@ mod tests {
     fn a_real_pid_is_stopped_then_killed() {
         let kills = would_kill("4242\n");
         assert!(kills.starts_with("-STOP 4242"), "{kills}");
+    }
+
+    #[test]
+    fn what_holds_the_steps_output_is_killed_though_its_supervisor_is_gone() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let output = dir.path().join("step.o");
+        let pid_file = dir.path().join("step.pid");
+        // The supervisor's pid, long gone; the leftover holds the output.
+        std::fs::write(&pid_file, "999999999\n").unwrap_or_else(|e| panic!("{e}"));
+        let file = std::fs::File::create(&output).unwrap_or_else(|e| panic!("{e}"));
+        let mut leftover = std::process::Command::new("sleep")
+            .arg("600")
+            .stdout(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(kill_tree(
+                &pid_file.display().to_string(),
+                &[&output.display().to_string()],
+            ))
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success());
+        // A leftover the script missed ends by SIGTERM instead, not a hang.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &leftover.id().to_string()])
+            .status();
+        let ended = leftover.wait().unwrap_or_else(|e| panic!("{e}"));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(ended.signal(), Some(9), "{ended}");
     }
 }

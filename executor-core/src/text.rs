@@ -80,7 +80,7 @@ impl HeadBuffer {
         text
     }
 
-    fn keep(&mut self, buf: &[u8]) {
+    pub(crate) fn keep(&mut self, buf: &[u8]) {
         let room = self.cap.saturating_sub(self.kept.len());
         let take = room.min(buf.len());
         self.kept.extend_from_slice(&buf[..take]);

@@ -87,11 +87,15 @@ impl Engine for DryRunEngine {
         self.say(format!(
             "POST /exec/{exec_id}/start (attached: stdout, stderr)"
         ));
-        let mark = bytes::Bytes::from_static(executor_core::detached::END_MARK);
+        let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
+        let end = bytes::Bytes::from_static(executor_core::detached::END_MARK);
         let frames = match exec_id {
             "dry-run-step-exec" => vec![
-                Ok((StepStream::Stdout, mark.clone())),
-                Ok((StepStream::Stderr, mark)),
+                Ok((
+                    StepStream::Stdout,
+                    [begin.clone(), end.clone()].concat().into(),
+                )),
+                Ok((StepStream::Stderr, [begin, end].concat().into())),
             ],
             _ => Vec::new(),
         };

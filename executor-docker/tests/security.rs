@@ -37,6 +37,48 @@ async fn a_step_cannot_hold_more_processes_than_the_pids_limit() {
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
+/// What a step leaves behind once the step has ended: a filler that
+/// forks sleepers until the container has no pid left, so that nothing
+/// the runner starts can fork. Its own death frees one pid, which each
+/// try of the runner's takes and gives back.
+const FILL_AFTER_THE_END: &str =
+    "( until [ -n \"$(cat /.knotless/stepio-*.status 2>/dev/null)\" ]; do sleep 0.1; done; \
+     while :; do sleep 600 & done ) & echo filling; echo to-the-end >&2; exit 3";
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_leaves_no_pid_free_ends_with_its_own_code_and_nothing_left() {
+    let backend = docker(DockerOptions {
+        pids_limit: Some(64),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("pidsfull");
+    let spec = fx
+        .spec(&backend, "pidsfull")
+        .step(Step::new("fill", FILL_AFTER_THE_END))
+        .step(Step::new("after", "echo the-next-step-ran"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Failed, "{text}");
+    assert_eq!(result.steps[0].status, StepStatus::Failed, "{text}");
+    assert_eq!(result.steps[0].exit_code, Some(3), "{text}");
+    assert!(text.contains("filling\n"), "{text}");
+    assert!(text.contains("to-the-end\n"), "{text}");
+    assert!(
+        text.contains("killing the step's processes, then reading how it ended"),
+        "{text}"
+    );
+    // An engine's answer to an exec it could not start is the runner's
+    // to tell, never the step's output.
+    let output = text.lines().filter(|l| !l.starts_with("==> "));
+    assert!(!output.clone().any(|l| l.contains("OCI runtime")), "{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}
+
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"

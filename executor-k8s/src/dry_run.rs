@@ -207,8 +207,8 @@ impl Cluster for DryRunCluster {
 /// The dry-run's exec: it has started nothing, so it reads no stdin and
 /// ends at once with success (what a run that goes on would see).
 struct DryExec {
-    /// A step's start or follow: both streams end with the end mark, as
-    /// they would.
+    /// A step's start or follow: both streams begin with the begin mark
+    /// and end with the end mark, as they would.
     marked: bool,
 }
 
@@ -224,13 +224,17 @@ impl ExecSession for DryExec {
     ) -> Result<Ended, ExecutorError> {
         if self.marked {
             use tokio::io::AsyncWriteExt;
-            let mark = executor_core::detached::END_MARK;
+            let mark = [
+                executor_core::detached::BEGIN_MARK,
+                executor_core::detached::END_MARK,
+            ]
+            .concat();
             io.stdout
-                .write_all(mark)
+                .write_all(&mark)
                 .await
                 .map_err(|e| ExecutorError::backend("dry-run output", e.to_string()))?;
             io.stderr
-                .write_all(mark)
+                .write_all(&mark)
                 .await
                 .map_err(|e| ExecutorError::backend("dry-run output", e.to_string()))?;
         }

@@ -20,7 +20,29 @@ struct HostExec {
     cuts: Mutex<VecDeque<Option<u64>>>,
     execs: Mutex<Vec<Vec<String>>>,
     held: Option<std::path::PathBuf>,
+    /// What goes wrong in each exec after the first, in turn.
+    faults: Mutex<VecDeque<Fault>>,
+    /// Every exec after the first fails as [`Fault::Refused`] until a
+    /// kill has run: an environment a step's processes fill.
+    full_until_killed: bool,
+    killed: std::sync::atomic::AtomicBool,
 }
+
+/// A fault in one exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// The engine could not start the exec: it says so in the exec's
+    /// stdout and stderr, as Docker does, and the exec ends with 126.
+    Refused,
+    /// The exec's shell fails a command of its own first (as one that
+    /// cannot fork does) and goes on.
+    ShellError,
+}
+
+/// What Docker writes into an exec's stream when it cannot start it.
+const REFUSED: &str =
+    "OCI runtime exec failed: exec failed: unable to start container process: read init-p: connection reset by peer: unknown\r\n";
 
 impl HostExec {
     fn new(shell: &[&str], cuts: &[Option<u64>]) -> Self {
@@ -29,7 +51,30 @@ impl HostExec {
             cuts: Mutex::new(cuts.iter().copied().collect()),
             execs: Mutex::new(Vec::new()),
             held: None,
+            faults: Mutex::new(VecDeque::new()),
+            full_until_killed: false,
+            killed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    fn with_faults(mut self, faults: &[Fault]) -> Self {
+        self.faults = Mutex::new(faults.iter().copied().collect());
+        self
+    }
+
+    /// The fault of the exec after `later` (whether it is not the first).
+    fn fault(&self, later: bool) -> Fault {
+        if !later {
+            return Fault::None;
+        }
+        if self.full_until_killed && !self.killed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Fault::Refused;
+        }
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+            .unwrap_or(Fault::None)
     }
 
     fn command(&self, argv: &[String]) -> tokio::process::Command {
@@ -79,8 +124,28 @@ impl StepExec for HostExec {
             .unwrap_or_else(|p| p.into_inner())
             .pop_front()
             .flatten();
+        let mut argv = argv.to_vec();
+        match self.fault(later) {
+            Fault::None => {}
+            Fault::Refused => {
+                stdout
+                    .write_all(REFUSED.as_bytes())
+                    .await
+                    .map_err(|e| ExecutorError::backend("refusing", e.to_string()))?;
+                stderr
+                    .write_all(REFUSED.as_bytes())
+                    .await
+                    .map_err(|e| ExecutorError::backend("refusing", e.to_string()))?;
+                return Ok(ExecEnd::Cut("the engine reported exit 126".into()));
+            }
+            Fault::ShellError => {
+                let script = &mut argv[2];
+                assert!(script.contains("C=8388608\n"), "not a follow: {script}");
+                *script = script.replacen("C=8388608\n", "C=8388608\nknotless_no_such_tool\n", 1);
+            }
+        }
         let mut child = self
-            .command(argv)
+            .command(&argv)
             .spawn()
             .map_err(|e| ExecutorError::backend("spawning", e.to_string()))?;
         let mut out = child
@@ -145,6 +210,7 @@ impl StepExec for HostExec {
     }
 
     async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        self.killed.store(true, std::sync::atomic::Ordering::SeqCst);
         let status = self
             .command(&["sh".into(), "-c".into(), script.into()])
             .status()
@@ -193,6 +259,11 @@ async fn to_end(exec: &HostExec, files: &StepFiles, start: &[String]) -> StepEnd
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A cut after `n` bytes of a step's stdout: after the begin mark and `n`.
+fn begun(n: u64) -> u64 {
+    BEGIN_MARK.len() as u64 + n
 }
 
 /// A step that writes 3000 numbered lines to stdout, one to stderr, and
@@ -333,7 +404,8 @@ async fn an_unbroken_step_is_one_exec_with_the_steps_own_code() {
 async fn a_step_cut_twice_ends_with_its_code_and_every_line_once() {
     for shell in shells() {
         // Cut mid-line in the first exec, and again in the follow.
-        let (end, text, execs, (out, err)) = run_numbered(&shell, &[Some(1001), Some(7000)]).await;
+        let (end, text, execs, (out, err)) =
+            run_numbered(&shell, &[Some(begun(1001)), Some(begun(7000))]).await;
         assert_eq!(end, StepEnd::Exited(7), "{shell:?}: {text}");
         assert_eq!(out, numbered_lines(), "{shell:?}: {text}");
         assert_eq!(err, "done\n", "{shell:?}");
@@ -702,5 +774,75 @@ async fn a_resumed_step_that_never_started_is_started() {
         assert_eq!(err, "done\n", "{shell:?}");
         let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).len();
         assert_eq!(execs, 2, "a probe, then the start: {shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_engines_words_and_a_follows_own_errors_are_never_the_steps_output() {
+    for shell in shells() {
+        let (dir, files) = state();
+        let exec = HostExec::new(&shell, &[Some(100), None, Some(2000)]).with_faults(&[
+            Fault::Refused,
+            Fault::ShellError,
+            Fault::Refused,
+            Fault::ShellError,
+        ]);
+        let start = files.start_argv("", Script::Inline(NUMBERED));
+        let (end, text, (out, err)) = logged(&exec, &files, &start).await;
+        assert_eq!(
+            end,
+            StepEnd::Exited(7),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        assert_eq!(out, numbered_lines(), "{shell:?}: {}", runner_lines(&text));
+        assert_eq!(err, "done\n", "{shell:?}: {}", runner_lines(&text));
+        assert!(
+            text.contains("the environment answered, before the step's command began: OCI runtime exec failed"),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        drop(dir);
+    }
+}
+
+#[tokio::test]
+async fn a_step_whose_environment_runs_nothing_more_is_killed_and_its_status_read() {
+    for shell in shells() {
+        let (dir, files) = state();
+        let mut exec = HostExec::new(&shell, &[Some(100)]);
+        exec.full_until_killed = true;
+        // The step has ended before the runner tries again.
+        exec.held = Some(dir.path().join("stepio-t.status"));
+        let start = files.start_argv("", Script::Inline(NUMBERED));
+        let (end, text, (out, err)) = logged(&exec, &files, &start).await;
+        assert_eq!(
+            end,
+            StepEnd::Exited(7),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        assert_eq!(out, numbered_lines(), "{shell:?}");
+        assert_eq!(err, "done\n", "{shell:?}");
+        assert!(
+            text.contains("killing the step's processes, then reading how it ended"),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_variable_named_like_a_part_of_the_script_is_kept_as_it_is() {
+    for shell in shells() {
+        let (_dir, files) = state();
+        let exec = HostExec::new(&shell, &[]);
+        let start = files.start_argv(
+            "CFLAGS=-O2; FOLLOW_ME=1; export CFLAGS FOLLOW_ME; ",
+            Script::Inline("echo \"$CFLAGS $FOLLOW_ME\""),
+        );
+        let (end, text, (out, _)) = logged(&exec, &files, &start).await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        assert_eq!(out, "-O2 1\n", "{shell:?}: {text}");
     }
 }

@@ -22,14 +22,17 @@ fn step() -> StepCommand {
     }
 }
 
-/// A step exec's output that ran to its end: `stdout`, then the end
-/// mark on both streams.
+/// A step exec's output that ran to its end: the begin mark on both
+/// streams, `stdout`, then the end mark on both.
 fn whole(stdout: &str) -> crate::engine::ExecOutput {
-    let mark = bytes::Bytes::from_static(executor_core::detached::END_MARK);
+    let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
+    let end = bytes::Bytes::from_static(executor_core::detached::END_MARK);
     futures_util::stream::iter([
+        Ok((StepStream::Stdout, begin.clone())),
+        Ok((StepStream::Stderr, begin)),
         Ok((StepStream::Stdout, bytes::Bytes::from(stdout.to_string()))),
-        Ok((StepStream::Stdout, mark.clone())),
-        Ok((StepStream::Stderr, mark)),
+        Ok((StepStream::Stdout, end.clone())),
+        Ok((StepStream::Stderr, end)),
     ])
     .boxed()
 }

@@ -2,7 +2,7 @@
 //! sessions, in milliseconds: what a real cluster shows only under faults.
 //! (The wire protocols under a session are tested in `exec.rs`.)
 
-use executor_core::detached::END_MARK;
+use executor_core::detached::{BEGIN_MARK, END_MARK};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -49,6 +49,10 @@ impl ExecSession for ScriptedExec {
             let mut all = Vec::new();
             stdin.read_to_end(&mut all).await.unwrap();
             self.stdin.lock().unwrap().extend(all);
+        }
+        if self.marked {
+            io.stdout.write_all(BEGIN_MARK).await.unwrap();
+            io.stderr.write_all(BEGIN_MARK).await.unwrap();
         }
         io.stdout.write_all(self.stdout.as_bytes()).await.unwrap();
         if self.marked {
@@ -227,7 +231,7 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
     let seen = follows.clone();
     cluster.expect_exec().returning(move |_, _, argv, _| {
         Ok(match kind_of(argv) {
-            "start" => exec("hal", Ended::Closed("the exec connection broke".into())),
+            "start" => step_exec("hal", Ended::Closed("the exec connection broke".into())),
             "follow" => {
                 seen.lock().unwrap().push(argv.to_vec());
                 step_exec("f-done\n", Ended::Exited(0))
