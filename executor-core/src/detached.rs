@@ -585,7 +585,7 @@ pub async fn run_step(
             ExecEnd::Exited(0) => return status(exec, files, follow, log, interrupt).await,
             ExecEnd::Exited(FOLLOW_LOST) if starved => {
                 return Ok(StepEnd::Lost(
-                    "the step still ran when the runner killed its processes, which left nothing able to run in the environment"
+                    "no status after the runner killed the step's processes, as nothing could run in the environment: the step still ran then, or never started"
                         .into(),
                 ))
             }
