@@ -540,8 +540,9 @@ pub async fn run_step(
             // Nothing could run in the environment: most often the step
             // (or what it left behind) holds every process the environment
             // allows, and a follow cannot fork. Killing its processes
-            // (the kill starts none) frees them; a step that had ended
-            // keeps its status, so how it ended can still be read.
+            // (the kill starts none before it kills) frees them; a step
+            // that had ended keeps its status, so how it ended can still
+            // be read.
             starved = true;
             idle_cuts = 0;
             log.line(&format!(
