@@ -42,7 +42,7 @@ async fn a_step_cannot_hold_more_processes_than_the_pids_limit() {
 /// the runner starts can fork. Its own death frees one pid, which each
 /// try of the runner's takes and gives back.
 const FILL_AFTER_THE_END: &str =
-    "( until [ -n \"$(cat /.knotless/stepio-*.status 2>/dev/null)\" ]; do sleep 0.1; done; \
+    "( until [ -n \"$(cat /.knotless/stepio-*.status 2>/dev/null)\" ]; do sleep 0.01; done; \
      while :; do sleep 600 & done ) & echo filling; echo to-the-end >&2; exit 3";
 
 #[cfg_attr(
