@@ -75,19 +75,7 @@ impl<W: AsyncWrite + Unpin> Begun<W> {
     }
 
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        while !self.pending.is_empty() {
-            match Pin::new(&mut self.inner).poll_write(cx, &self.pending) {
-                Poll::Ready(Ok(0)) => {
-                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
-                }
-                Poll::Ready(Ok(n)) => {
-                    self.pending.drain(..n.min(self.pending.len()));
-                }
-                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        Poll::Ready(Ok(()))
+        super::end_mark::poll_pending(&mut self.inner, &mut self.pending, cx)
     }
 
     /// Takes `buf` while the mark has not come: keeps what may be its

@@ -53,20 +53,28 @@ impl<'a, W: AsyncWrite + Unpin + ?Sized> EndMarked<'a, W> {
     }
 
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        while !self.pending.is_empty() {
-            match Pin::new(&mut *self.inner).poll_write(cx, &self.pending) {
-                Poll::Ready(Ok(0)) => {
-                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
-                }
-                Poll::Ready(Ok(n)) => {
-                    self.pending.drain(..n.min(self.pending.len()));
-                }
-                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        Poll::Ready(Ok(()))
+        poll_pending(&mut *self.inner, &mut self.pending, cx)
     }
+}
+
+/// Writes `pending` to `inner` until it is empty: output a marked writer
+/// took from its caller and owes its inner writer before anything else.
+pub(super) fn poll_pending<W: AsyncWrite + Unpin + ?Sized>(
+    inner: &mut W,
+    pending: &mut Vec<u8>,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<()>> {
+    while !pending.is_empty() {
+        match Pin::new(&mut *inner).poll_write(cx, pending) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+            Poll::Ready(Ok(n)) => {
+                pending.drain(..n.min(pending.len()));
+            }
+            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+    Poll::Ready(Ok(()))
 }
 
 /// How many bytes at the end of `bytes` may be the mark or its start.
