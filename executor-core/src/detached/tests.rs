@@ -780,7 +780,7 @@ async fn a_resumed_step_that_never_started_is_started() {
 #[tokio::test]
 async fn an_engines_words_and_a_follows_own_errors_are_never_the_steps_output() {
     for shell in shells() {
-        let (dir, files) = state();
+        let (_dir, files) = state();
         let exec = HostExec::new(&shell, &[Some(100), None, Some(2000)]).with_faults(&[
             Fault::Refused,
             Fault::ShellError,
@@ -802,7 +802,6 @@ async fn an_engines_words_and_a_follows_own_errors_are_never_the_steps_output() 
             "{shell:?}: {}",
             runner_lines(&text)
         );
-        drop(dir);
     }
 }
 
