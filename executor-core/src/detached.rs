@@ -21,9 +21,11 @@
 //!
 //! A stream can end early without an error (Docker's attached stream ends
 //! like a whole one when its connection is cut), so the supervisor and
-//! every follow end both streams with [`END_MARK`] once all output is in
-//! them. The runner takes the mark off, and an exec whose streams do not
-//! both end with it was cut, whatever its exit code says. They also begin
+//! every follow end both streams with an end mark ([`end_mark`]) once all
+//! output is in them. The runner takes the mark off, and an exec whose
+//! streams do not both end with it was cut, whatever its exit code says.
+//! The mark carries the exec's status, so a backend need not ask the
+//! engine for it ([`ExecEnd::Ended`]). They also begin
 //! both streams with [`BEGIN_MARK`], with the wrapper's own shell errors
 //! sent nowhere: what an engine writes into a stream it could not start
 //! is never counted as the step's output.
@@ -34,7 +36,8 @@
 //! and follows once more.
 //!
 //! The scripts are POSIX `sh` with `mkfifo`, `tee`, `dd`, `tail`, `head`,
-//! `wc` and `cat`: busybox and coreutils both have them. Everything in the
+//! `wc` and `cat`, and Linux's `/proc`: busybox and coreutils both have
+//! them. Everything in the
 //! state folder is in the step's reach, so the runner treats it as
 //! untrusted: a status is accepted only as a number from 0 to 255, and
 //! the pid the kill reads is checked (see [`crate::script::kill_tree`]).
@@ -62,8 +65,8 @@ use crate::script::Script;
 use crate::{ExecutorError, FailureKind, RunLog};
 use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
+pub use end_mark::end_mark;
 use end_mark::EndMarked;
-pub use end_mark::END_MARK;
 
 mod begin_mark;
 mod end_mark;
@@ -118,19 +121,28 @@ pub const KEPT_CHUNKS: u64 = 8;
 /// The step writes into two pipes; a `tee` on each sends its stream on
 /// to the exec (through a `dd` that joins tee's small writes into reads
 /// of up to 64 KiB, so a loud step reaches the runner in large pieces,
-/// as it did when it wrote to the exec itself) and into a recorder, which writes it in pieces of
-/// [`CHUNK`] bytes, `PREFIX.out.N` and `PREFIX.err.N` (N from 0), and
-/// removes the oldest so that the last 64 to 80 MiB of each stream are
-/// kept. Pieces soon removed seldom reach the disk at all, so a loud
-/// step is not held to the disk's speed.
+/// as it did when it wrote to the exec itself) and, through a pipe
+/// without a name (`/proc/self/fd/5`), into a recorder, which writes it
+/// in pieces of [`CHUNK`] bytes, `PREFIX.out.N` and `PREFIX.err.N` (N
+/// from 0), and removes the oldest so that the last 64 to 80 MiB of each
+/// stream are kept. Pieces soon removed seldom reach the disk at all, so
+/// a loud step is not held to the disk's speed. A piece `dd` could not
+/// fill (its count, in the words POSIX gives it) is the stream's last.
 ///
-/// A loud stream's recorder and joining `dd` go to the lowest priority
-/// once it starts its second piece (`renice`, where the image has it; one
-/// process start, and only for a stream past 8 MiB): they yield to the
-/// step, and under load the output gathers in the pipes, so it goes on
-/// in large pieces (a 512 MiB step through `docker exec` cost dockerd,
-/// the shim and the client about a fifth less CPU) while an idle machine
-/// still sends each line at once.
+/// Every file made or removed on the state folder's disk costs far more
+/// than a process start (0.3 to 0.7 ms on an ext4 volume, against 0.2 ms
+/// for a fork), so a step makes six: its two pipes, its pid, its status
+/// and the first piece of each stream. The stdout recorder removes the
+/// steps before, while the step runs.
+///
+/// A loud stream's recorder, its `tee` and its joining `dd` (the
+/// processes that hold fd 5 on the recorder's pipe) go to the lowest
+/// priority once it starts its second piece (`renice`, where the image
+/// has it; only for a stream past 8 MiB): they yield to the step, and
+/// under load the output gathers in the pipes, so it goes on in large
+/// pieces (a 512 MiB step through `docker exec` cost dockerd, the shim
+/// and the client about a fifth less CPU) while an idle machine still
+/// sends each line at once.
 ///
 /// The supervisor's own output goes nowhere: only the `dd`s hold the
 /// exec's streams, so nothing else dies of a write to a stream that broke.
@@ -150,7 +162,7 @@ pub const KEPT_CHUNKS: u64 = 8;
 const START: &str = r#"d=$0
 STREAMS
 old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
-if ! mkfifo "$d.o" "$d.e" "$d.O" "$d.E" 2>/dev/null; then
+if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
   [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&4; exit 125; }
   BEGIN
   second=1
@@ -158,16 +170,18 @@ if ! mkfifo "$d.o" "$d.e" "$d.O" "$d.E" 2>/dev/null; then
   s=$(cat "$d.status" 2>/dev/null)
   case "$s" in ''|*[!0-9]*|????*) exit 125;; esac
   [ "$s" -le 255 ] || exit 125
-  marked
+  marked "$s"
   exit "$s"
 fi
 record() {
+  [ -z "$2" ] || rm -f $2
   i=0
   while :; do
-    dd bs=1048576 count=8 iflag=fullblock of="$d.$1.$i" 2>/dev/null
-    [ -s "$d.$1.$i" ] || return 0
-    if [ "$i" = 1 ]; then
-      read -r me _ < /proc/self/stat && renice -n 19 -p "$me" "$2" > /dev/null 2>&1
+    r=$(LC_ALL=C dd bs=1048576 count=8 iflag=fullblock of="$d.$1.$i" 2>&1)
+    case "$r" in "8+0 records in"*) ;; *) return 0;; esac
+    if [ "$i" = 0 ]; then
+      read -r me _ < /proc/self/stat && renice -n 19 -p "$me" > /dev/null 2>&1
+      for p in /proc/[0-9]*; do [ "$p/fd/5" -ef /proc/self/fd/0 ] 2>/dev/null && renice -n 19 -p "${p#/proc/}" > /dev/null 2>&1; done
     fi
     if [ "$i" -ge 9 ] && [ $((i % 2)) = 1 ]; then rm -f "$d.$1.$((i - 9))" "$d.$1.$((i - 8))"; fi
     i=$((i + 1))
@@ -175,18 +189,15 @@ record() {
 }
 (
   BEGIN
-  [ -z "$old" ] || rm -f $old 3>&- 4>&- &
-  (trap '' PIPE; exec tee -a "$d.O") < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&- &
-  record out $! < "$d.O" 3>&- 4>&- &
-  (trap '' PIPE; exec tee -a "$d.E") < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&- &
-  record err $! < "$d.E" 3>&- 4>&- &
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$old" 3>&- 4>&- &
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err '' 3>&- 4>&- &
   ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&- &
   wait $!; s=$?
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait
   echo "$s" > "$d.status"
   trap '' PIPE
-  [ -n "$held" ] || { printf '\000knotless-step-end\n' >&3; printf '\000knotless-step-end\n' >&4; }
+  [ -n "$held" ] || { printf '\000knotless-step-end %03d\n' "$s" >&3; printf '\000knotless-step-end %03d\n' "$s" >&4; }
   exit "$s"
 ) &
 echo $! > "$d.pid"
@@ -212,7 +223,7 @@ const BEGIN: &str = r#"trap '' PIPE; printf '\000knotless-step-begin\n' >&3; pri
 
 /// Sends the recorded streams on from offsets `o` and `e` until the
 /// status file is there (its writer waited for the recorders); what comes
-/// after it in a script ends the streams with `marked`. Exits, marked
+/// after it in a script ends the streams with `marked STATUS`. Exits, marked
 /// unless `second` is set, [`FOLLOW_LOST`] when the supervisor is gone without a status;
 /// [`FOLLOW_GAP_STDOUT`] or [`FOLLOW_GAP_STDERR`] when the next bytes of
 /// that stream are no longer kept (it has sent everything before them);
@@ -222,8 +233,8 @@ const BEGIN: &str = r#"trap '' PIPE; printf '\000knotless-step-begin\n' >&3; pri
 /// every 200 ms (a second where `sleep` takes whole seconds only): this
 /// runs only after a stream broke.
 const FOLLOW: &str = r#"C=8388608
-marked() { trap '' PIPE; printf '\000knotless-step-end\n' >&3; printf '\000knotless-step-end\n' >&4; }
-end() { [ -n "$second" ] || marked; exit "$1"; }
+marked() { trap '' PIPE; printf '\000knotless-step-end %03d\n' "$1" >&3; printf '\000knotless-step-end %03d\n' "$1" >&4; }
+end() { [ -n "$second" ] || marked "$1"; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
   while :; do
@@ -309,7 +320,7 @@ impl StepFiles {
             "-c".into(),
             // `second` is the start's alone: a step variable of that name
             // reaches this exec's environment too.
-            format!("d=$0; o=$1; e=$2; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked"),
+            format!("d=$0; o=$1; e=$2; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked 0"),
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),
@@ -408,6 +419,11 @@ pub fn parse_status(text: &str) -> Option<i32> {
 pub enum ExecEnd {
     /// Its command exited with this code.
     Exited(i32),
+    /// Its stream ended without an error, and the backend did not ask the
+    /// engine for its code: it may answer so only for an exec that marks
+    /// its end ([`marks_its_end`]), whose status the end marks carry.
+    /// Anything else takes it for a cut.
+    Ended,
     /// Its stream broke, or it ended without a status; the command itself
     /// may still run.
     Cut(String),
@@ -503,6 +519,7 @@ pub async fn run_step(
         ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),
         ExecEnd::Interrupted => return killed(exec, files).await,
         ExecEnd::Cut(why) => why,
+        ExecEnd::Ended => "it ended without a status".into(),
     };
     let mut cuts = 0u32;
     let mut idle_cuts = 0u32;
@@ -634,6 +651,8 @@ pub async fn run_step(
             }
             ExecEnd::Interrupted => return killed(exec, files).await,
             ExecEnd::Cut(again) => why = Some(again),
+            // Marked answers with a code or a cut.
+            ExecEnd::Ended => why = Some("it ended without a status".into()),
         }
     }
 }
@@ -662,7 +681,7 @@ async fn started(
         match probe {
             ExecEnd::Exited(code) => return Ok(Some(code == 0)),
             ExecEnd::Interrupted => return Ok(None),
-            ExecEnd::Cut(_) => continue,
+            ExecEnd::Cut(_) | ExecEnd::Ended => continue,
         }
     }
     Err(ExecutorError::LostExitStatus {
@@ -784,7 +803,7 @@ async fn status(
             }
             ExecEnd::Interrupted => return killed(exec, files).await,
             // A cut while reading a few bytes: read them again.
-            ExecEnd::Cut(_) => continue,
+            ExecEnd::Cut(_) | ExecEnd::Ended => continue,
         }
     }
     Err(ExecutorError::LostExitStatus {
@@ -835,9 +854,10 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
 }
 
 /// Whether the exec `argv` begins both its streams with [`BEGIN_MARK`]
-/// and ends them with [`END_MARK`] when it runs to its end: a step's
-/// start or a follow. A dry-run or a fake answers these with both marks,
-/// as the environment would.
+/// and ends them with an end mark ([`end_mark`]) when it runs to its end:
+/// a step's start or a follow. A dry-run or a fake answers these with
+/// both marks, as the environment would, and a backend may answer
+/// [`ExecEnd::Ended`] for them without asking for the code.
 ///
 /// ```
 /// use executor_core::detached::{marks_its_end, Offsets, StepFiles};
@@ -854,10 +874,11 @@ pub fn marks_its_end(argv: &[String]) -> bool {
 
 /// A step's execs (starts and follows), whose output counts from
 /// [`BEGIN_MARK`] on and whose end counts only when both streams end with
-/// [`END_MARK`]; the marks are taken off before the log. A stream cut
-/// short that ended like a whole one (Docker's attached stream does) is a
-/// cut, whatever code the exec ended with; so is an exec whose command
-/// never began, and what the environment said instead is told in the log.
+/// an end mark; the marks are taken off before the log, and the status
+/// they carry is the exec's code. A stream cut short that ended like a
+/// whole one (Docker's attached stream does) is a cut, whatever code the
+/// exec ended with; so is an exec whose command never began, and what the
+/// environment said instead is told in the log.
 struct Marked<'a> {
     exec: &'a dyn StepExec,
     log: &'a RunLog,
@@ -889,14 +910,27 @@ impl StepExec for Marked<'_> {
         let begun = out.begun && err.begun;
         let out = out.inner.finish().await.map_err(written)?;
         let err = err.inner.finish().await.map_err(written)?;
-        Ok(match ended? {
-            ExecEnd::Exited(code) if !begun => {
-                ExecEnd::Cut(format!("it ended (exit {code}) before its command began"))
+        let said = |ended: &ExecEnd| match ended {
+            ExecEnd::Exited(code) => format!("it ended (exit {code})"),
+            _ => "its stream ended".to_string(),
+        };
+        Ok(match (ended?, out, err) {
+            (ended @ (ExecEnd::Exited(_) | ExecEnd::Ended), ..) if !begun => {
+                ExecEnd::Cut(format!("{} before its command began", said(&ended)))
             }
-            ExecEnd::Exited(code) if !(out && err) => ExecEnd::Cut(format!(
-                "it ended (exit {code}) before the mark that ends a whole stream"
+            // The marks, not the engine, say how it ended: an engine that
+            // killed the exec's own process after them would say otherwise.
+            (ExecEnd::Exited(_) | ExecEnd::Ended, Some(out), Some(err)) if out == err => {
+                ExecEnd::Exited(i32::from(out))
+            }
+            (ExecEnd::Exited(_) | ExecEnd::Ended, Some(out), Some(err)) => ExecEnd::Cut(format!(
+                "its streams' end marks disagree (status {out} and {err})"
             )),
-            other => other,
+            (ended @ (ExecEnd::Exited(_) | ExecEnd::Ended), ..) => ExecEnd::Cut(format!(
+                "{} before the mark that ends a whole stream",
+                said(&ended)
+            )),
+            (other, ..) => other,
         })
     }
 

@@ -1,7 +1,12 @@
 //! The floor for the Docker per-step benchmark: N bare bollard execs of
 //! `true` in a running container, as little as a program can do.
 //!
-//! `cargo run --release -p executor-docker --example bare_docker_exec -- CONTAINER N`
+//! `cargo run --release -p executor-docker --example bare_docker_exec -- CONTAINER N [COMMAND...]`
+//!
+//! COMMAND (default `true`) is what each exec runs: given a step's start
+//! wrapper, it shows what the wrapper costs on the engine's own path.
+//! `{n}` in an argument becomes the exec's number (0, 1, ...), so that
+//! each start gets files of its own.
 //!
 //! Prints the total seconds on stdout and, on stderr, the median time of
 //! each engine call (create, start until the stream ends, inspect): where
@@ -20,18 +25,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .ok_or("usage: bare_docker_exec CONTAINER N")?
         .parse()?;
+    let command: Vec<String> = args.collect();
+    let command = if command.is_empty() {
+        vec!["true".to_string()]
+    } else {
+        command
+    };
     let docker = bollard::Docker::connect_with_defaults()?
         .negotiate_version()
         .await?;
     let mut phases: [Vec<Duration>; 3] = Default::default();
     let start = Instant::now();
-    for _ in 0..n {
+    for i in 0..n {
+        let cmd: Vec<String> = command
+            .iter()
+            .map(|a| a.replace("{n}", &i.to_string()))
+            .collect();
         let t = Instant::now();
         let exec = docker
             .create_exec(
                 &container,
                 CreateExecOptions {
-                    cmd: Some(vec!["true"]),
+                    cmd: Some(cmd),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     ..Default::default()

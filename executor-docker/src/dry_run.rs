@@ -88,7 +88,7 @@ impl Engine for DryRunEngine {
             "POST /exec/{exec_id}/start (attached: stdout, stderr)"
         ));
         let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
-        let end = bytes::Bytes::from_static(executor_core::detached::END_MARK);
+        let end = bytes::Bytes::from(executor_core::detached::end_mark(0));
         let frames = match exec_id {
             "dry-run-step-exec" => vec![
                 Ok((

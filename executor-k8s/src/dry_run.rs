@@ -226,7 +226,7 @@ impl ExecSession for DryExec {
             use tokio::io::AsyncWriteExt;
             let mark = [
                 executor_core::detached::BEGIN_MARK,
-                executor_core::detached::END_MARK,
+                &executor_core::detached::end_mark(0),
             ]
             .concat();
             io.stdout

@@ -18,7 +18,7 @@ use tokio::io::AsyncWrite;
 use crate::text::HeadBuffer;
 
 /// The first bytes of both streams of a start or a follow, once its shell
-/// runs: a NUL first, as in [`super::END_MARK`].
+/// runs: a NUL first, as in an end mark ([`super::end_mark`]).
 pub const BEGIN_MARK: &[u8] = b"\0knotless-step-begin\n";
 
 /// How much of what came before the mark is kept to be told.

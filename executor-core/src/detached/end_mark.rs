@@ -4,11 +4,15 @@
 //! A stream can end early without an error: Docker's attached stream ends
 //! as a normal one when a connection is cut, and an exec that finished in
 //! the meantime then has a real exit code. So the supervisor (and every
-//! follow) writes [`END_MARK`] as the last bytes of both streams, once
-//! everything before it is in them; an exec whose streams do not both end
-//! with it was cut, whatever its code says.
+//! follow) writes an end mark ([`end_mark`]) as the last bytes of both
+//! streams, once everything before it is in them; an exec whose streams
+//! do not both end with it was cut, whatever its code says.
 //!
-//! A step can print the mark itself; only the last bytes of a stream
+//! The mark carries the status the exec exits with, so an engine that
+//! would need a call of its own for the code (Docker's exec inspect) is
+//! not asked: the marks are the end and the status together.
+//!
+//! A step can print a mark itself; only the last bytes of a stream
 //! count, and the real mark always comes after the step's own output. At
 //! worst a step that ends with a forged mark hides a cut of nothing.
 
@@ -17,11 +21,47 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-/// The last bytes of both streams of an exec that ran to its end: a NUL
-/// first, which text output seldom has, so nothing is held back for it.
-pub const END_MARK: &[u8] = b"\0knotless-step-end\n";
+/// What every end mark begins with: a NUL first, which text output
+/// seldom has, so nothing is held back for it.
+const PREFIX: &[u8] = b"\0knotless-step-end ";
 
-/// Passes a stream on to `inner` except a tail that may be [`END_MARK`],
+/// How long an end mark is: the prefix, three digits and a newline.
+const LEN: usize = PREFIX.len() + 4;
+
+/// The last bytes of both streams of an exec that ran to its end and
+/// exits with `status`: `\0knotless-step-end NNN\n`, the status in three
+/// digits (the wrapper's `printf '%03d'`).
+///
+/// ```
+/// use executor_core::detached::end_mark;
+/// assert_eq!(end_mark(7), b"\0knotless-step-end 007\n");
+/// ```
+pub fn end_mark(status: u8) -> Vec<u8> {
+    format!("\0knotless-step-end {status:03}\n").into_bytes()
+}
+
+/// Whether `tail` is the start of an end mark, or all of one.
+fn starts_a_mark(tail: &[u8]) -> bool {
+    tail.len() <= LEN
+        && tail.iter().enumerate().all(|(i, &b)| match i {
+            i if i < PREFIX.len() => PREFIX[i] == b,
+            i if i < LEN - 1 => b.is_ascii_digit(),
+            _ => b == b'\n',
+        })
+}
+
+/// The status a whole end mark carries.
+fn status_of(mark: &[u8]) -> Option<u8> {
+    if mark.len() != LEN || !starts_a_mark(mark) {
+        return None;
+    }
+    std::str::from_utf8(&mark[PREFIX.len()..LEN - 1])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Passes a stream on to `inner` except a tail that may be an end mark,
 /// held until more bytes show it is not, or the end shows it is.
 pub(super) struct EndMarked<'a, W: ?Sized> {
     inner: &'a mut W,
@@ -40,16 +80,16 @@ impl<'a, W: AsyncWrite + Unpin + ?Sized> EndMarked<'a, W> {
         }
     }
 
-    /// The stream has ended: whether it ended with the mark. Anything held
-    /// that was not the mark is written on as output.
-    pub(super) async fn finish(mut self) -> std::io::Result<bool> {
-        let marked = self.held == END_MARK;
+    /// The stream has ended: the status its end mark carries, if it ended
+    /// with one. Anything held that was not a mark is written on as output.
+    pub(super) async fn finish(mut self) -> std::io::Result<Option<u8>> {
+        let status = status_of(&self.held);
         let mut rest = std::mem::take(&mut self.pending);
-        if !marked {
+        if status.is_none() {
             rest.append(&mut self.held);
         }
         self.inner.write_all(&rest).await?;
-        Ok(marked)
+        Ok(status)
     }
 
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -77,14 +117,11 @@ pub(super) fn poll_pending<W: AsyncWrite + Unpin + ?Sized>(
     Poll::Ready(Ok(()))
 }
 
-/// How many bytes at the end of `bytes` may be the mark or its start.
+/// How many bytes at the end of `bytes` may be a mark or its start.
 fn mark_tail(bytes: &[u8]) -> usize {
-    let from = bytes.len().saturating_sub(END_MARK.len());
+    let from = bytes.len().saturating_sub(LEN);
     (from..bytes.len())
-        .find(|&i| {
-            let tail = &bytes[i..];
-            tail[0] == 0 && END_MARK.starts_with(tail)
-        })
+        .find(|&i| bytes[i] == 0 && starts_a_mark(&bytes[i..]))
         .map_or(0, |i| bytes.len() - i)
 }
 
@@ -137,7 +174,7 @@ impl<W: AsyncWrite + Unpin + ?Sized> AsyncWrite for EndMarked<'_, W> {
 mod tests {
     use super::*;
 
-    async fn through(pieces: &[&[u8]]) -> (Vec<u8>, bool) {
+    async fn through(pieces: &[&[u8]]) -> (Vec<u8>, Option<u8>) {
         let mut out = Vec::new();
         let mut marked = EndMarked::new(&mut out);
         for piece in pieces {
@@ -152,35 +189,51 @@ mod tests {
 
     #[tokio::test]
     async fn the_mark_at_the_end_is_taken_off_wherever_it_is_split() {
-        let mut all = b"output\n".to_vec();
-        all.extend_from_slice(END_MARK);
-        for cut in 0..all.len() {
-            let (out, ended) = through(&[&all[..cut], &all[cut..]]).await;
-            assert_eq!(
-                (out.as_slice(), ended),
-                (&b"output\n"[..], true),
-                "cut at {cut}"
-            );
+        for status in [0, 3, 137, 255] {
+            let mut all = b"output\n".to_vec();
+            all.extend_from_slice(&end_mark(status));
+            for cut in 0..all.len() {
+                let (out, ended) = through(&[&all[..cut], &all[cut..]]).await;
+                assert_eq!(
+                    (out.as_slice(), ended),
+                    (&b"output\n"[..], Some(status)),
+                    "cut at {cut}"
+                );
+            }
         }
     }
 
     #[tokio::test]
     async fn a_stream_without_the_mark_loses_nothing_and_says_so() {
         let (out, ended) = through(&[b"abc\0knotless-st"]).await;
-        assert_eq!((out.as_slice(), ended), (&b"abc\0knotless-st"[..], false));
+        assert_eq!((out.as_slice(), ended), (&b"abc\0knotless-st"[..], None));
         let (out, ended) = through(&[b"no mark at all\n"]).await;
-        assert_eq!((out.as_slice(), ended), (&b"no mark at all\n"[..], false));
+        assert_eq!((out.as_slice(), ended), (&b"no mark at all\n"[..], None));
         let (out, ended) = through(&[]).await;
-        assert_eq!((out.as_slice(), ended), (&b""[..], false));
+        assert_eq!((out.as_slice(), ended), (&b""[..], None));
+    }
+
+    #[tokio::test]
+    async fn a_mark_whose_status_is_not_three_digits_is_output() {
+        for bad in [
+            &b"\0knotless-step-end 1\n"[..],
+            b"\0knotless-step-end 0001\n",
+            b"\0knotless-step-end 256\n",
+            b"\0knotless-step-end -01\n",
+            b"\0knotless-step-end\n",
+        ] {
+            let (out, ended) = through(&[bad]).await;
+            assert_eq!((out.as_slice(), ended), (bad, None));
+        }
     }
 
     #[tokio::test]
     async fn a_mark_the_step_printed_before_its_end_is_output() {
-        let mut forged = END_MARK.to_vec();
+        let mut forged = end_mark(0);
         forged.extend_from_slice(b"more\n");
         let (out, ended) = through(&[&forged]).await;
-        assert_eq!((out, ended), (forged.clone(), false));
-        let (out, ended) = through(&[END_MARK, b"more\n", END_MARK]).await;
-        assert_eq!((out, ended), (forged, true));
+        assert_eq!((out, ended), (forged.clone(), None));
+        let (out, ended) = through(&[&end_mark(0), b"more\n", &end_mark(1)]).await;
+        assert_eq!((out, ended), (forged, Some(1)));
     }
 }

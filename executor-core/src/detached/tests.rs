@@ -521,12 +521,12 @@ fn a_follow_marks_its_gap_even_with_a_step_variable_named_second() {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out.status.code(), Some(FOLLOW_GAP_STDOUT), "{shell:?}");
         assert!(
-            out.stdout.ends_with(END_MARK),
+            out.stdout.ends_with(&end_mark(FOLLOW_GAP_STDOUT as u8)),
             "{shell:?}: {:?}",
             out.stdout
         );
         assert!(
-            out.stderr.ends_with(END_MARK),
+            out.stderr.ends_with(&end_mark(FOLLOW_GAP_STDOUT as u8)),
             "{shell:?}: {:?}",
             out.stderr
         );
@@ -660,8 +660,10 @@ async fn bytes_no_longer_kept_are_counted_in_the_log_never_a_silent_gap() {
     }
 }
 
+/// Each file made on the state folder's disk costs more than a process
+/// start: a quiet step makes six, and the steps before it leave none.
 #[tokio::test]
-async fn a_step_removes_the_files_of_the_steps_before_it() {
+async fn a_step_makes_six_files_and_removes_the_steps_before_it() {
     for shell in shells() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let state = dir.path().display().to_string();
@@ -683,13 +685,10 @@ async fn a_step_removes_the_files_of_the_steps_before_it() {
             left,
             [
                 "step-abc.sh",
-                "stepio-two.E",
-                "stepio-two.O",
                 "stepio-two.e",
                 "stepio-two.err.0",
                 "stepio-two.o",
                 "stepio-two.out.0",
-                "stepio-two.out.1",
                 "stepio-two.pid",
                 "stepio-two.status"
             ],
@@ -843,5 +842,36 @@ async fn a_variable_named_like_a_part_of_the_script_is_kept_as_it_is() {
         let (end, text, (out, _)) = logged(&exec, &files, &start).await;
         assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
         assert_eq!(out, "-O2 1\n", "{shell:?}: {text}");
+    }
+}
+
+/// Past its first piece, a loud stream's `tee`, joining `dd` and recorder
+/// run at the lowest priority: the recorder finds the first two by the
+/// pipe they hold as fd 5. The step looks them up itself (the `tee`
+/// reads the step's stdout; the `dd` reads what the `tee` writes) and
+/// waits, with a deadline, until both are at 19.
+#[tokio::test]
+async fn a_loud_streams_copiers_yield_to_the_step() {
+    const SCRIPT: &str = r#"yes | head -c 9437184
+nice_of() { read -r line < "/proc/$1/stat" || return 1; set -- ${line##*) }; echo "${17}"; }
+i=0
+while [ $i -lt 400 ]; do
+  tee=; dd=
+  for p in /proc/[0-9]*; do [ "$p/fd/0" -ef /proc/$$/fd/1 ] 2>/dev/null && tee=${p#/proc/}; done
+  [ -n "$tee" ] && for p in /proc/[0-9]*; do [ "$p/fd/0" -ef "/proc/$tee/fd/1" ] 2>/dev/null && dd=${p#/proc/}; done
+  if [ -n "$dd" ] && [ "$(nice_of "$tee")" = 19 ] && [ "$(nice_of "$dd")" = 19 ]; then echo "yielded" >&2; exit 0; fi
+  sleep 0.05; i=$((i + 1))
+done
+echo "tee $tee at $(nice_of "$tee"), dd $dd at $(nice_of "$dd")" >&2
+exit 1"#;
+    for shell in shells() {
+        let (end, text, _, (out, err)) = run_script(&shell, &[], SCRIPT).await;
+        assert_eq!(
+            (end, err.as_str()),
+            (StepEnd::Exited(0), "yielded\n"),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        assert_eq!(out.len(), 9437184, "{shell:?}");
     }
 }

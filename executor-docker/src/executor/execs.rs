@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use super::*;
 use executor_core::container::gather::{Frame, Gathered};
 use executor_core::container::StepEnvironment;
-use executor_core::detached::{ExecEnd, StepExec};
+use executor_core::detached::{marks_its_end, ExecEnd, StepExec};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::engine::StepStream;
@@ -56,9 +56,12 @@ impl DockerExecutor {
     ) -> Result<crate::engine::ExecState, ExecutorError> {
         let deadline = tokio::time::Instant::now() + EXEC_SETTLE;
         let mut pause = Duration::from_millis(5);
+        let mut inspects = 0u32;
         loop {
             let state = self.engine.exec_inspect(exec_id).await?;
+            inspects = inspects.saturating_add(1);
             if !state.running {
+                tracing::debug!(exec_id, inspects, "exec settled");
                 return Ok(state);
             }
             if tokio::time::Instant::now() >= deadline {
@@ -214,6 +217,12 @@ impl StepExec for StepChannel<'_> {
         // step's.
         if let Some(why) = broke {
             return Ok(ExecEnd::Cut(format!("output broke off: {why}")));
+        }
+        // A start's or a follow's end marks carry its status: asking the
+        // engine would cost a call a step, and a code it recorded after
+        // killing the exec's own process would be the kill's.
+        if marks_its_end(argv) {
+            return Ok(ExecEnd::Ended);
         }
         Ok(match self.executor.settled(&exec_id).await {
             // An attached stream whose connection was dropped ends as a

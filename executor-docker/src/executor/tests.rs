@@ -22,11 +22,11 @@ fn step() -> StepCommand {
     }
 }
 
-/// A step exec's output that ran to its end: the begin mark on both
-/// streams, `stdout`, then the end mark on both.
-fn whole(stdout: &str) -> crate::engine::ExecOutput {
+/// A step exec's output that ran to its end with `status`: the begin mark
+/// on both streams, `stdout`, then the end mark on both.
+fn whole(stdout: &str, status: u8) -> crate::engine::ExecOutput {
     let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
-    let end = bytes::Bytes::from_static(executor_core::detached::END_MARK);
+    let end = bytes::Bytes::from(executor_core::detached::end_mark(status));
     futures_util::stream::iter([
         Ok((StepStream::Stdout, begin.clone())),
         Ok((StepStream::Stderr, begin)),
@@ -40,7 +40,7 @@ fn whole(stdout: &str) -> crate::engine::ExecOutput {
 fn with_exec(mock: &mut MockEngine, state: ExecState) {
     mock.expect_exec_create()
         .returning(|_, _| Ok("exec-1".into()));
-    mock.expect_exec_start().returning(|_| Ok(whole("hi\n")));
+    mock.expect_exec_start().returning(|_| Ok(whole("hi\n", 0)));
     mock.expect_exec_inspect().returning(move |_| Ok(state));
 }
 
@@ -72,9 +72,10 @@ async fn step_in_container(mock: MockEngine) -> Result<CommandOutcome, ExecutorE
 #[tokio::test]
 async fn a_missing_exit_code_is_lost_status_never_success() {
     let mut mock = MockEngine::new();
-    // The step's exec has no code; following the step finds its
-    // supervisor gone without a status; the probe that asks whether the
-    // container still answers runs and exits 0.
+    // The step's exec ends without its end marks, and the engine has no
+    // code for it; following the step finds its supervisor gone without a
+    // status; the probe that asks whether the container still answers
+    // runs and exits 0.
     mock.expect_exec_create().returning(|_, exec| {
         Ok(if exec.cmd[2] == "true" {
             "probe"
@@ -86,9 +87,15 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
         .into())
     });
     mock.expect_exec_start().returning(|exec_id| {
+        let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
         Ok(match exec_id {
             "probe" => futures_util::stream::empty().boxed(),
-            _ => whole(""),
+            "follow" => whole("", executor_core::detached::FOLLOW_LOST as u8),
+            _ => futures_util::stream::iter([
+                Ok((StepStream::Stdout, begin.clone())),
+                Ok((StepStream::Stderr, begin)),
+            ])
+            .boxed(),
         })
     });
     mock.expect_exec_inspect().returning(|exec_id| {
@@ -163,7 +170,7 @@ async fn step_with_oom_counter(code: i64, oom_kills: u64) -> Result<CommandOutco
     });
     mock.expect_exec_start().returning(move |id| {
         if id != "probe" {
-            return Ok(whole(""));
+            return Ok(whole("", u8::try_from(code).unwrap_or(u8::MAX)));
         }
         let said = format!("oom 0\noom_kill {oom_kills}\n");
         Ok(

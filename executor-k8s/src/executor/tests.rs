@@ -2,7 +2,7 @@
 //! sessions, in milliseconds: what a real cluster shows only under faults.
 //! (The wire protocols under a session are tested in `exec.rs`.)
 
-use executor_core::detached::{BEGIN_MARK, END_MARK};
+use executor_core::detached::{end_mark, BEGIN_MARK};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -56,8 +56,13 @@ impl ExecSession for ScriptedExec {
         }
         io.stdout.write_all(self.stdout.as_bytes()).await.unwrap();
         if self.marked {
-            io.stdout.write_all(END_MARK).await.unwrap();
-            io.stderr.write_all(END_MARK).await.unwrap();
+            // The wrapper's mark carries the status it exits with.
+            let status = match self.ended {
+                Ended::Exited(code) => u8::try_from(code).unwrap_or(u8::MAX),
+                _ => 0,
+            };
+            io.stdout.write_all(&end_mark(status)).await.unwrap();
+            io.stderr.write_all(&end_mark(status)).await.unwrap();
         }
         Ok(self.ended)
     }
