@@ -121,7 +121,8 @@ pub const KEPT_CHUNKS: u64 = 8;
 /// The step writes into two pipes; a `tee` on each sends its stream on
 /// to the exec (through a `dd` that joins tee's small writes into reads
 /// of up to 64 KiB, so a loud step reaches the runner in large pieces,
-/// as it did when it wrote to the exec itself) and, through a pipe
+/// as it did when it wrote to the exec itself: without it, 512 MiB went
+/// through Docker at 51 MB/s against 78) and, through a pipe
 /// without a name (`/proc/self/fd/5`), into a recorder, which writes it
 /// in pieces of [`CHUNK`] bytes, `PREFIX.out.N` and `PREFIX.err.N` (N
 /// from 0), and removes the oldest so that the last 64 to 80 MiB of each
