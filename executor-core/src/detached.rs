@@ -580,13 +580,8 @@ pub async fn run_step(
                     "it ended {idle_cuts} times in a row with nothing through, after {cuts} cuts, and again after its processes were killed"
                 ),
             });
-        } else if idle_cuts > 0 {
-            // Each try that ends at once waits longer than the last.
-            let pause = IDLE_PAUSE.saturating_mul(1 << idle_cuts.min(5));
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = interrupt.cancelled() => return killed(exec, files).await,
-            }
+        } else if idle_cuts > 0 && !paused(idle_cuts, interrupt).await {
+            return killed(exec, files).await;
         }
         let argv = files.follow_argv(from);
         let opened = tokio::time::Instant::now();
@@ -660,9 +655,20 @@ pub async fn run_step(
     }
 }
 
+/// Waits before the `n`th try in a row (from 1) of an exec that ended at
+/// once: 50 ms, doubling to 800 ms. False when the interrupt fired.
+async fn paused(n: u32, interrupt: &CancellationToken) -> bool {
+    let pause = IDLE_PAUSE.saturating_mul(1 << n.min(5));
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => true,
+        _ = interrupt.cancelled() => false,
+    }
+}
+
 /// Whether an earlier runner started the step (its pipes are there);
 /// `None` when the interrupt fired. A probe whose answer was lost is
-/// asked again: a start on a guess could run the step twice.
+/// asked again, after a pause that grows: a start on a guess could run
+/// the step twice.
 async fn started(
     exec: &dyn StepExec,
     files: &StepFiles,
@@ -670,7 +676,10 @@ async fn started(
     log: &RunLog,
     interrupt: &CancellationToken,
 ) -> Result<Option<bool>, ExecutorError> {
-    for _ in 0..=MAX_IDLE_CUTS {
+    for tries in 0..=MAX_IDLE_CUTS {
+        if tries > 0 && !paused(tries, interrupt).await {
+            return Ok(None);
+        }
         let probe = reopened(
             exec,
             &files.started_argv(),
@@ -766,7 +775,8 @@ async fn reopened(
     }
 }
 
-/// Reads the step's status once its output is all in.
+/// Reads the step's status once its output is all in; a read cut short
+/// is tried again after a pause that grows, as a follow is.
 async fn status(
     exec: &dyn StepExec,
     files: &StepFiles,
@@ -775,7 +785,10 @@ async fn status(
     interrupt: &CancellationToken,
 ) -> Result<StepEnd, ExecutorError> {
     let argv = files.status_argv();
-    for _ in 0..=MAX_IDLE_CUTS {
+    for tries in 0..=MAX_IDLE_CUTS {
+        if tries > 0 && !paused(tries, interrupt).await {
+            return killed(exec, files).await;
+        }
         let mut text = crate::text::HeadBuffer::new(64);
         let ended = reopened(
             exec,

@@ -879,3 +879,57 @@ exit 1"#;
         assert_eq!(out.len(), 9437184, "{shell:?}");
     }
 }
+
+/// An exec whose every stream breaks at once, as in an environment with
+/// no process left to run it.
+#[derive(Default)]
+struct Starved(std::sync::atomic::AtomicU32);
+
+#[async_trait]
+impl StepExec for Starved {
+    async fn exec(
+        &self,
+        _: &[String],
+        _: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        _: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        _: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(ExecEnd::Cut("can't fork".into()))
+    }
+
+    async fn kill(&self, _: &str) -> Result<(), ExecutorError> {
+        Ok(())
+    }
+}
+
+/// A status read and a probe whose streams break at once are tried 11
+/// times, as a follow is, with pauses that grow (50 ms, doubling to
+/// 800 ms: 5.55 s in all), not 11 times in a row at once.
+#[tokio::test(start_paused = true)]
+async fn a_status_read_or_probe_cut_at_once_is_tried_again_after_growing_pauses() {
+    let (_dir, files) = state();
+    let (log, _) = RunLog::memory();
+    let interrupt = CancellationToken::new();
+    let pauses = Duration::from_millis(50 + 100 + 200 + 400 + 800 * 6);
+
+    let exec = Starved::default();
+    let before = tokio::time::Instant::now();
+    let read = status(&exec, &files, FOLLOW_NOW, &log, &interrupt).await;
+    assert!(
+        matches!(read, Err(ExecutorError::LostExitStatus { .. })),
+        "{read:?}"
+    );
+    assert_eq!(exec.0.into_inner(), MAX_IDLE_CUTS + 1);
+    assert_eq!(before.elapsed(), pauses);
+
+    let exec = Starved::default();
+    let before = tokio::time::Instant::now();
+    let probe = started(&exec, &files, FOLLOW_NOW, &log, &interrupt).await;
+    assert!(
+        matches!(probe, Err(ExecutorError::LostExitStatus { .. })),
+        "{probe:?}"
+    );
+    assert_eq!(exec.0.into_inner(), MAX_IDLE_CUTS + 1);
+    assert_eq!(before.elapsed(), pauses);
+}
