@@ -913,23 +913,23 @@ async fn a_status_read_or_probe_cut_at_once_is_tried_again_after_growing_pauses(
     let interrupt = CancellationToken::new();
     let pauses = Duration::from_millis(50 + 100 + 200 + 400 + 800 * 6);
 
-    let exec = Starved::default();
-    let before = tokio::time::Instant::now();
-    let read = status(&exec, &files, FOLLOW_NOW, &log, &interrupt).await;
-    assert!(
-        matches!(read, Err(ExecutorError::LostExitStatus { .. })),
-        "{read:?}"
-    );
-    assert_eq!(exec.0.into_inner(), MAX_IDLE_CUTS + 1);
-    assert_eq!(before.elapsed(), pauses);
-
-    let exec = Starved::default();
-    let before = tokio::time::Instant::now();
-    let probe = started(&exec, &files, FOLLOW_NOW, &log, &interrupt).await;
-    assert!(
-        matches!(probe, Err(ExecutorError::LostExitStatus { .. })),
-        "{probe:?}"
-    );
-    assert_eq!(exec.0.into_inner(), MAX_IDLE_CUTS + 1);
-    assert_eq!(before.elapsed(), pauses);
+    for probe in [false, true] {
+        let exec = Starved::default();
+        let before = tokio::time::Instant::now();
+        let failed = if probe {
+            started(&exec, &files, FOLLOW_NOW, &log, &interrupt)
+                .await
+                .err()
+        } else {
+            status(&exec, &files, FOLLOW_NOW, &log, &interrupt)
+                .await
+                .err()
+        };
+        assert!(
+            matches!(failed, Some(ExecutorError::LostExitStatus { .. })),
+            "probe {probe}: {failed:?}"
+        );
+        assert_eq!(exec.0.into_inner(), MAX_IDLE_CUTS + 1, "probe {probe}");
+        assert_eq!(before.elapsed(), pauses, "probe {probe}");
+    }
 }

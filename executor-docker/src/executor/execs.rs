@@ -56,12 +56,9 @@ impl DockerExecutor {
     ) -> Result<crate::engine::ExecState, ExecutorError> {
         let deadline = tokio::time::Instant::now() + EXEC_SETTLE;
         let mut pause = Duration::from_millis(5);
-        let mut inspects = 0u32;
         loop {
             let state = self.engine.exec_inspect(exec_id).await?;
-            inspects = inspects.saturating_add(1);
             if !state.running {
-                tracing::debug!(exec_id, inspects, "exec settled");
                 return Ok(state);
             }
             if tokio::time::Instant::now() >= deadline {
