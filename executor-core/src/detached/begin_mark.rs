@@ -109,10 +109,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// How many bytes at the end of `bytes` may be the mark's start.
 fn partial_tail(bytes: &[u8]) -> usize {
-    let from = bytes.len().saturating_sub(BEGIN_MARK.len());
-    (from..bytes.len())
-        .find(|&i| BEGIN_MARK.starts_with(&bytes[i..]))
-        .map_or(0, |i| bytes.len() - i)
+    super::end_mark::tail_starting(bytes, BEGIN_MARK.len(), |tail| BEGIN_MARK.starts_with(tail))
 }
 
 impl<W: AsyncWrite + Unpin> AsyncWrite for Begun<W> {
@@ -122,11 +119,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Begun<W> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
-        match this.poll_pending(cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-            Poll::Pending => return Poll::Pending,
-        }
+        std::task::ready!(this.poll_pending(cx))?;
         if this.begun {
             return Pin::new(&mut this.inner).poll_write(cx, buf);
         }

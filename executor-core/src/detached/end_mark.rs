@@ -119,9 +119,15 @@ pub(super) fn poll_pending<W: AsyncWrite + Unpin + ?Sized>(
 
 /// How many bytes at the end of `bytes` may be a mark or its start.
 fn mark_tail(bytes: &[u8]) -> usize {
-    let from = bytes.len().saturating_sub(LEN);
+    tail_starting(bytes, LEN, |tail| tail[0] == 0 && starts_a_mark(tail))
+}
+
+/// The length of the longest tail of `bytes`, at most `longest` bytes,
+/// that `starts` says may begin a mark: what a marked writer holds back.
+pub(super) fn tail_starting(bytes: &[u8], longest: usize, starts: impl Fn(&[u8]) -> bool) -> usize {
+    let from = bytes.len().saturating_sub(longest);
     (from..bytes.len())
-        .find(|&i| bytes[i] == 0 && starts_a_mark(&bytes[i..]))
+        .find(|&i| starts(&bytes[i..]))
         .map_or(0, |i| bytes.len() - i)
 }
 
@@ -132,11 +138,7 @@ impl<W: AsyncWrite + Unpin + ?Sized> AsyncWrite for EndMarked<'_, W> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
-        match this.poll_pending(cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-            Poll::Pending => return Poll::Pending,
-        }
+        std::task::ready!(this.poll_pending(cx))?;
         // Most output has no NUL near its end: it goes on as it is.
         if this.held.is_empty() && mark_tail(buf) == 0 {
             return Pin::new(&mut *this.inner).poll_write(cx, buf);
