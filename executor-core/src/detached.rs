@@ -25,7 +25,10 @@
 //! output is in them. The runner takes the mark off, and an exec whose
 //! streams do not both end with it was cut, whatever its exit code says.
 //! The mark carries the exec's status, so a backend need not ask the
-//! engine for it ([`ExecEnd::Ended`]). They also begin
+//! engine for it ([`ExecEnd::Ended`]), and the exec has ended once both
+//! marks are in: the engine's closing of its stream is not waited for.
+//! Each exec's marks carry a key of their own ([`end_key`]), so a mark
+//! in the step's output is output. They also begin
 //! both streams with [`BEGIN_MARK`], with the wrapper's own shell errors
 //! sent nowhere: what an engine writes into a stream it could not start
 //! is never counted as the step's output.
@@ -49,7 +52,7 @@
 //! let argv = files.start_argv("", Script::File("/.knotless/step-ab.sh"));
 //! assert_eq!(argv[..2], ["sh".to_string(), "-c".to_string()]);
 //! let again = files.follow_argv(Offsets { stdout: 10, stderr: 0 });
-//! assert_eq!(again[again.len() - 2..], ["10".to_string(), "0".to_string()]);
+//! assert_eq!(again[4..6], ["10".to_string(), "0".to_string()]);
 //! ```
 
 use std::pin::Pin;
@@ -65,8 +68,8 @@ use crate::script::Script;
 use crate::{ExecutorError, FailureKind, RunLog};
 use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
-pub use end_mark::end_mark;
-use end_mark::EndMarked;
+pub use end_mark::{end_key, end_mark};
+use end_mark::{EndMarked, Ends};
 
 mod begin_mark;
 mod end_mark;
@@ -116,7 +119,7 @@ pub const CHUNK: u64 = 8 << 20;
 pub const KEPT_CHUNKS: u64 = 8;
 
 /// The start of a step. `$0` is the files' prefix, `$1` the script (or its
-/// file).
+/// file), `$2` the key its end marks carry ([`end_key`]).
 ///
 /// The step writes into two pipes; a `tee` on each sends its stream on
 /// to the exec (through a `dd` that joins tee's small writes into reads
@@ -162,7 +165,7 @@ pub const KEPT_CHUNKS: u64 = 8;
 /// runner takes it for a cut and follows: the follow counts the lost
 /// bytes, and the runner checks the status. Its own exit code is never
 /// taken for the step's.
-const START: &str = r#"d=$0
+const START: &str = r#"d=$0; key=$2
 STREAMS
 old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
 if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
@@ -200,7 +203,7 @@ record() {
   [ -n "$held" ] || wait
   echo "$s" > "$d.status"
   trap '' PIPE
-  [ -n "$held" ] || { printf '\000knotless-step-end %03d\n' "$s" >&3; printf '\000knotless-step-end %03d\n' "$s" >&4; }
+  [ -n "$held" ] || { printf '\000knotless-step-end %03d %s\n' "$s" "$key" >&3; printf '\000knotless-step-end %03d %s\n' "$s" "$key" >&4; }
   exit "$s"
 ) &
 echo $! > "$d.pid"
@@ -236,7 +239,7 @@ const BEGIN: &str = r#"trap '' PIPE; printf '\000knotless-step-begin\n' >&3; pri
 /// every 200 ms (a second where `sleep` takes whole seconds only): this
 /// runs only after a stream broke.
 const FOLLOW: &str = r#"C=8388608
-marked() { trap '' PIPE; printf '\000knotless-step-end %03d\n' "$1" >&3; printf '\000knotless-step-end %03d\n' "$1" >&4; }
+marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&3; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&4; }
 end() { [ -n "$second" ] || marked "$1"; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
@@ -292,7 +295,8 @@ impl StepFiles {
     /// or `sh -ec` (inline) after `prelude` (exports, `cd DIR && `), with
     /// its processes' `oom_score_adj` raised to 1000 so the kernel picks
     /// the step, not the environment's keep-alive or the supervisor, when
-    /// memory runs out. The exec exits with the step's status.
+    /// memory runs out. The exec exits with the step's status. Its last
+    /// word is a fresh key for its end marks ([`end_key`]).
     pub fn start_argv(&self, prelude: &str, script: Script<'_>) -> Vec<String> {
         let (flags, arg) = match script {
             Script::Inline(text) => ("-ec", text),
@@ -312,21 +316,24 @@ impl StepFiles {
             text,
             self.prefix.clone(),
             arg.into(),
+            crate::labels::random_hex(16),
         ]
     }
 
     /// The argv that sends the step's output on from `from` and exits 0
-    /// once the step has ended, or [`FOLLOW_LOST`].
+    /// once the step has ended, or [`FOLLOW_LOST`]. Its last word is a
+    /// fresh key for its end marks ([`end_key`]).
     pub fn follow_argv(&self, from: Offsets) -> Vec<String> {
         vec![
             "sh".into(),
             "-c".into(),
             // `second` is the start's alone: a step variable of that name
             // reaches this exec's environment too.
-            format!("d=$0; o=$1; e=$2; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked 0"),
+            format!("d=$0; o=$1; e=$2; key=$3; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked 0"),
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),
+            crate::labels::random_hex(16),
         ]
     }
 
@@ -891,7 +898,9 @@ pub fn marks_its_end(argv: &[String]) -> bool {
 /// A step's execs (starts and follows), whose output counts from
 /// [`BEGIN_MARK`] on and whose end counts only when both streams end with
 /// an end mark; the marks are taken off before the log, and the status
-/// they carry is the exec's code. A stream cut short that ended like a
+/// they carry is the exec's code. The exec has ended once both streams
+/// hold their mark: it is dropped then, the engine's end of it not
+/// waited for. A stream cut short that ended like a
 /// whole one (Docker's attached stream does) is a cut, whatever code the
 /// exec ended with; so is an exec whose command never began, and what the
 /// environment said instead is told in the log.
@@ -909,9 +918,17 @@ impl StepExec for Marked<'_> {
         stderr: &mut (dyn AsyncWrite + Send + Unpin),
         interrupt: &CancellationToken,
     ) -> Result<ExecEnd, ExecutorError> {
-        let mut out = Begun::new(EndMarked::new(stdout));
-        let mut err = Begun::new(EndMarked::new(stderr));
-        let ended = self.exec.exec(argv, &mut out, &mut err, interrupt).await;
+        let key = end_key(argv).unwrap_or_default();
+        let ends = Ends::default();
+        let mut out = Begun::new(EndMarked::new(stdout, key, &ends, 0));
+        let mut err = Begun::new(EndMarked::new(stderr, key, &ends, 1));
+        // Both marks are the end: the engine's closing of the stream after
+        // them is not waited for.
+        let ended = tokio::select! {
+            biased;
+            ended = self.exec.exec(argv, &mut out, &mut err, interrupt) => ended,
+            () = ends.both() => Ok(ExecEnd::Ended),
+        };
         let written =
             |e: std::io::Error| ExecutorError::backend("writing the step's output", e.to_string());
         let out = out.finish().await.map_err(written)?;

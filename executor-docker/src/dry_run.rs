@@ -14,6 +14,9 @@ use crate::engine::{
     StepStream,
 };
 
+/// The start of a step exec's id in a dry-run; the rest is its marks' key.
+const STEP_EXEC: &str = "dry-run-step-exec-";
+
 /// Prints every Docker Engine call, in order, as `METHOD /path` lines, with
 /// the container config as JSON. Variable values are never printed.
 pub struct DryRunEngine {
@@ -75,29 +78,30 @@ impl Engine for DryRunEngine {
             exec.working_dir,
             keys.join(",")
         ));
-        // A step's exec ends both streams with the end mark, as it would.
-        Ok(if executor_core::detached::marks_its_end(&exec.cmd) {
-            "dry-run-step-exec"
-        } else {
-            "dry-run-exec"
-        }
-        .to_string())
+        // A step's exec ends both streams with the end mark, as it would:
+        // its id carries the marks' key.
+        Ok(match executor_core::detached::end_key(&exec.cmd) {
+            Some(key) => format!("{STEP_EXEC}{key}"),
+            None => "dry-run-exec".to_string(),
+        })
     }
     async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError> {
         self.say(format!(
             "POST /exec/{exec_id}/start (attached: stdout, stderr)"
         ));
         let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
-        let end = bytes::Bytes::from(executor_core::detached::end_mark(0));
-        let frames = match exec_id {
-            "dry-run-step-exec" => vec![
-                Ok((
-                    StepStream::Stdout,
-                    [begin.clone(), end.clone()].concat().into(),
-                )),
-                Ok((StepStream::Stderr, [begin, end].concat().into())),
-            ],
-            _ => Vec::new(),
+        let frames = match exec_id.strip_prefix(STEP_EXEC) {
+            Some(key) => {
+                let end = bytes::Bytes::from(executor_core::detached::end_mark(key, 0));
+                vec![
+                    Ok((
+                        StepStream::Stdout,
+                        [begin.clone(), end.clone()].concat().into(),
+                    )),
+                    Ok((StepStream::Stderr, [begin, end].concat().into())),
+                ]
+            }
+            None => Vec::new(),
         };
         Ok(futures_util::stream::iter(frames).boxed())
     }

@@ -169,7 +169,7 @@ impl Cluster for DryRunCluster {
             self.ns()
         ));
         Ok(Box::new(DryExec {
-            marked: executor_core::detached::marks_its_end(argv),
+            marked: executor_core::detached::end_key(argv).map(str::to_string),
         }))
     }
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
@@ -207,9 +207,9 @@ impl Cluster for DryRunCluster {
 /// The dry-run's exec: it has started nothing, so it reads no stdin and
 /// ends at once with success (what a run that goes on would see).
 struct DryExec {
-    /// A step's start or follow: both streams begin with the begin mark
-    /// and end with the end mark, as they would.
-    marked: bool,
+    /// A step's start or follow, with its end marks' key: both streams
+    /// begin with the begin mark and end with the end mark, as they would.
+    marked: Option<String>,
 }
 
 #[async_trait]
@@ -222,11 +222,11 @@ impl ExecSession for DryExec {
         io: ExecIo<'_>,
         _interrupt: &tokio_util::sync::CancellationToken,
     ) -> Result<Ended, ExecutorError> {
-        if self.marked {
+        if let Some(key) = &self.marked {
             use tokio::io::AsyncWriteExt;
             let mark = [
                 executor_core::detached::BEGIN_MARK,
-                &executor_core::detached::end_mark(0),
+                &executor_core::detached::end_mark(key, 0),
             ]
             .concat();
             io.stdout

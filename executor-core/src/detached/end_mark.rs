@@ -10,61 +10,130 @@
 //!
 //! The mark carries the status the exec exits with, so an engine that
 //! would need a call of its own for the code (Docker's exec inspect) is
-//! not asked: the marks are the end and the status together.
+//! not asked: the marks are the end and the status together. Once both
+//! streams hold their mark, the exec has ended for the runner: it does
+//! not wait for the engine to close the stream, which took another 3 to
+//! 6 ms a step through Docker (the exec's shell exiting, the runtime
+//! reaping it, the engine closing the connection).
 //!
-//! A step can print a mark itself; only the last bytes of a stream
-//! count, and the real mark always comes after the step's own output. At
-//! worst a step that ends with a forged mark hides a cut of nothing.
+//! Each exec's marks carry a key of its own, the last word of its argv,
+//! made when the argv is: output that holds a mark (a step printing this
+//! very format, a log of another run) has another key or none, and stays
+//! output.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::Notify;
 
 /// What every end mark begins with: a NUL first, which text output
 /// seldom has, so nothing is held back for it.
 const PREFIX: &[u8] = b"\0knotless-step-end ";
 
-/// How long an end mark is: the prefix, three digits and a newline.
-const LEN: usize = PREFIX.len() + 4;
-
-/// The last bytes of both streams of an exec that ran to its end and
-/// exits with `status`: `\0knotless-step-end NNN\n`, the status in three
-/// digits (the wrapper's `printf '%03d'`).
+/// The last bytes of both streams of an exec whose marks carry `key`
+/// ([`end_key`] of its argv) when it ran to its end and exits with
+/// `status`: `\0knotless-step-end NNN KEY\n`, the status in three digits
+/// (the wrapper's `printf '%03d'`). A fake or a dry-run answers a start
+/// or a follow with it, as the environment would.
 ///
 /// ```
 /// use executor_core::detached::end_mark;
-/// assert_eq!(end_mark(7), b"\0knotless-step-end 007\n");
+/// assert_eq!(end_mark("00ff", 7), b"\0knotless-step-end 007 00ff\n");
 /// ```
-pub fn end_mark(status: u8) -> Vec<u8> {
-    format!("\0knotless-step-end {status:03}\n").into_bytes()
+pub fn end_mark(key: &str, status: u8) -> Vec<u8> {
+    format!("\0knotless-step-end {status:03} {key}\n").into_bytes()
 }
 
-/// Whether `tail` is the start of an end mark, or all of one.
-fn starts_a_mark(tail: &[u8]) -> bool {
-    tail.len() <= LEN
+/// The key the end marks of the exec `argv` carry: its last word, for an
+/// exec that marks its end ([`super::marks_its_end`]).
+///
+/// ```
+/// use executor_core::detached::{end_key, Offsets, StepFiles};
+/// use executor_core::script::Script;
+/// let files = StepFiles::new("/.knotless", "a1s0");
+/// let start = files.start_argv("", Script::Inline("true"));
+/// let follow = files.follow_argv(Offsets::default());
+/// assert_eq!(end_key(&start).map(str::len), Some(16));
+/// assert_ne!(end_key(&start), end_key(&follow));
+/// assert_eq!(end_key(&files.status_argv()), None);
+/// ```
+pub fn end_key(argv: &[String]) -> Option<&str> {
+    if !super::marks_its_end(argv) {
+        return None;
+    }
+    argv.last()
+        .map(String::as_str)
+        .filter(|key| !key.is_empty() && key.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The words of a mark after its prefix: the status, a space, the key
+/// and a newline.
+fn mark_len(key: &[u8]) -> usize {
+    PREFIX.len() + 3 + 1 + key.len() + 1
+}
+
+/// Whether `tail` is the start of an end mark with `key`, or all of one.
+fn starts_a_mark(tail: &[u8], key: &[u8]) -> bool {
+    let digits = PREFIX.len()..PREFIX.len() + 3;
+    tail.len() <= mark_len(key)
         && tail.iter().enumerate().all(|(i, &b)| match i {
             i if i < PREFIX.len() => PREFIX[i] == b,
-            i if i < LEN - 1 => b.is_ascii_digit(),
-            _ => b == b'\n',
+            i if digits.contains(&i) => b.is_ascii_digit(),
+            i if i == digits.end => b == b' ',
+            i => key.get(i - digits.end - 1).map_or(b == b'\n', |&k| k == b),
         })
 }
 
-/// The status a whole end mark carries.
-fn status_of(mark: &[u8]) -> Option<u8> {
-    if mark.len() != LEN || !starts_a_mark(mark) {
+/// The status a whole end mark with `key` carries.
+fn status_of(mark: &[u8], key: &[u8]) -> Option<u8> {
+    if mark.len() != mark_len(key) || !starts_a_mark(mark, key) {
         return None;
     }
-    std::str::from_utf8(&mark[PREFIX.len()..LEN - 1])
+    std::str::from_utf8(&mark[PREFIX.len()..PREFIX.len() + 3])
         .ok()?
         .parse()
         .ok()
+}
+
+/// Which of an exec's two streams end with a whole mark so far: once both
+/// do, the exec has ended, and [`Ends::both`] returns.
+#[derive(Debug, Default)]
+pub(super) struct Ends {
+    marked: [AtomicBool; 2],
+    changed: Notify,
+}
+
+impl Ends {
+    fn set(&self, stream: usize, marked: bool) {
+        let Some(flag) = self.marked.get(stream) else {
+            return;
+        };
+        if flag.swap(marked, Ordering::SeqCst) != marked {
+            // A permit is kept if no one waits yet: no change is missed.
+            self.changed.notify_one();
+        }
+    }
+
+    /// Returns once both streams end with their mark.
+    pub(super) async fn both(&self) {
+        while !self.marked.iter().all(|m| m.load(Ordering::SeqCst)) {
+            self.changed.notified().await;
+        }
+    }
 }
 
 /// Passes a stream on to `inner` except a tail that may be an end mark,
 /// held until more bytes show it is not, or the end shows it is.
 pub(super) struct EndMarked<'a, W: ?Sized> {
     inner: &'a mut W,
+    /// The key of this exec's marks.
+    key: &'a [u8],
+    /// Where this stream says whether it ends with its mark, and which
+    /// stream it is there.
+    ends: &'a Ends,
+    stream: usize,
     /// Output taken but not yet written to `inner`.
     pending: Vec<u8>,
     /// A tail that is a start of the mark (or all of it).
@@ -72,9 +141,14 @@ pub(super) struct EndMarked<'a, W: ?Sized> {
 }
 
 impl<'a, W: AsyncWrite + Unpin + ?Sized> EndMarked<'a, W> {
-    pub(super) fn new(inner: &'a mut W) -> Self {
+    /// The writer of stream `stream` (0 or 1) of an exec whose marks carry
+    /// `key`, telling `ends` when it ends with one.
+    pub(super) fn new(inner: &'a mut W, key: &'a str, ends: &'a Ends, stream: usize) -> Self {
         EndMarked {
             inner,
+            key: key.as_bytes(),
+            ends,
+            stream,
             pending: Vec::new(),
             held: Vec::new(),
         }
@@ -83,7 +157,7 @@ impl<'a, W: AsyncWrite + Unpin + ?Sized> EndMarked<'a, W> {
     /// The stream has ended: the status its end mark carries, if it ended
     /// with one. Anything held that was not a mark is written on as output.
     pub(super) async fn finish(mut self) -> std::io::Result<Option<u8>> {
-        let status = status_of(&self.held);
+        let status = status_of(&self.held, self.key);
         let mut rest = std::mem::take(&mut self.pending);
         if status.is_none() {
             rest.append(&mut self.held);
@@ -117,9 +191,12 @@ pub(super) fn poll_pending<W: AsyncWrite + Unpin + ?Sized>(
     Poll::Ready(Ok(()))
 }
 
-/// How many bytes at the end of `bytes` may be a mark or its start.
-fn mark_tail(bytes: &[u8]) -> usize {
-    tail_starting(bytes, LEN, |tail| tail[0] == 0 && starts_a_mark(tail))
+/// How many bytes at the end of `bytes` may be a mark with `key` or its
+/// start.
+fn mark_tail(bytes: &[u8], key: &[u8]) -> usize {
+    tail_starting(bytes, mark_len(key), |tail| {
+        tail[0] == 0 && starts_a_mark(tail, key)
+    })
 }
 
 /// The length of the longest tail of `bytes`, at most `longest` bytes,
@@ -140,14 +217,16 @@ impl<W: AsyncWrite + Unpin + ?Sized> AsyncWrite for EndMarked<'_, W> {
         let this = &mut *self;
         std::task::ready!(this.poll_pending(cx))?;
         // Most output has no NUL near its end: it goes on as it is.
-        if this.held.is_empty() && mark_tail(buf) == 0 {
+        if this.held.is_empty() && mark_tail(buf, this.key) == 0 {
             return Pin::new(&mut *this.inner).poll_write(cx, buf);
         }
         let mut all = std::mem::take(&mut this.held);
         all.extend_from_slice(buf);
-        let keep = mark_tail(&all);
+        let keep = mark_tail(&all, this.key);
         this.held = all.split_off(all.len() - keep);
         this.pending = all;
+        this.ends
+            .set(this.stream, status_of(&this.held, this.key).is_some());
         // Taken: what is pending is written before anything after it.
         if let Poll::Ready(Err(err)) = this.poll_pending(cx) {
             return Poll::Ready(Err(err));
@@ -176,29 +255,39 @@ impl<W: AsyncWrite + Unpin + ?Sized> AsyncWrite for EndMarked<'_, W> {
 mod tests {
     use super::*;
 
-    async fn through(pieces: &[&[u8]]) -> (Vec<u8>, Option<u8>) {
+    const KEY: &str = "0123456789abcdef";
+
+    fn mark(status: u8) -> Vec<u8> {
+        end_mark(KEY, status)
+    }
+
+    /// What comes through one stream's writer, the status it ended with,
+    /// and whether it said it ended with a mark.
+    async fn through(pieces: &[&[u8]]) -> (Vec<u8>, Option<u8>, bool) {
         let mut out = Vec::new();
-        let mut marked = EndMarked::new(&mut out);
+        let ends = Ends::default();
+        let mut marked = EndMarked::new(&mut out, KEY, &ends, 0);
         for piece in pieces {
             marked
                 .write_all(piece)
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
         }
+        let said = ends.marked[0].load(Ordering::SeqCst);
         let ended = marked.finish().await.unwrap_or_else(|e| panic!("{e}"));
-        (out, ended)
+        (out, ended, said)
     }
 
     #[tokio::test]
     async fn the_mark_at_the_end_is_taken_off_wherever_it_is_split() {
         for status in [0, 3, 137, 255] {
             let mut all = b"output\n".to_vec();
-            all.extend_from_slice(&end_mark(status));
+            all.extend_from_slice(&mark(status));
             for cut in 0..all.len() {
-                let (out, ended) = through(&[&all[..cut], &all[cut..]]).await;
+                let (out, ended, said) = through(&[&all[..cut], &all[cut..]]).await;
                 assert_eq!(
-                    (out.as_slice(), ended),
-                    (&b"output\n"[..], Some(status)),
+                    (out.as_slice(), ended, said),
+                    (&b"output\n"[..], Some(status), true),
                     "cut at {cut}"
                 );
             }
@@ -207,35 +296,92 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_without_the_mark_loses_nothing_and_says_so() {
-        let (out, ended) = through(&[b"abc\0knotless-st"]).await;
-        assert_eq!((out.as_slice(), ended), (&b"abc\0knotless-st"[..], None));
-        let (out, ended) = through(&[b"no mark at all\n"]).await;
-        assert_eq!((out.as_slice(), ended), (&b"no mark at all\n"[..], None));
-        let (out, ended) = through(&[]).await;
-        assert_eq!((out.as_slice(), ended), (&b""[..], None));
+        let (out, ended, said) = through(&[b"abc\0knotless-st"]).await;
+        assert_eq!(
+            (out.as_slice(), ended, said),
+            (&b"abc\0knotless-st"[..], None, false)
+        );
+        let (out, ended, said) = through(&[b"no mark at all\n"]).await;
+        assert_eq!(
+            (out.as_slice(), ended, said),
+            (&b"no mark at all\n"[..], None, false)
+        );
+        let (out, ended, said) = through(&[]).await;
+        assert_eq!((out.as_slice(), ended, said), (&b""[..], None, false));
     }
 
     #[tokio::test]
     async fn a_mark_whose_status_is_not_three_digits_is_output() {
         for bad in [
-            &b"\0knotless-step-end 1\n"[..],
-            b"\0knotless-step-end 0001\n",
-            b"\0knotless-step-end 256\n",
-            b"\0knotless-step-end -01\n",
-            b"\0knotless-step-end\n",
+            format!("\0knotless-step-end 1 {KEY}\n"),
+            format!("\0knotless-step-end 0001 {KEY}\n"),
+            format!("\0knotless-step-end 256 {KEY}\n"),
+            format!("\0knotless-step-end -01 {KEY}\n"),
+            format!("\0knotless-step-end {KEY}\n"),
         ] {
-            let (out, ended) = through(&[bad]).await;
-            assert_eq!((out.as_slice(), ended), (bad, None));
+            let (out, ended, said) = through(&[bad.as_bytes()]).await;
+            assert_eq!((out.as_slice(), ended, said), (bad.as_bytes(), None, false));
+        }
+    }
+
+    /// A mark of another exec, or of the format before keys, ends
+    /// nothing, even as the last bytes the step printed.
+    #[tokio::test]
+    async fn a_mark_without_this_execs_key_is_output() {
+        for forged in [
+            b"\0knotless-step-end 000\n".to_vec(),
+            b"\0knotless-step-end 000 fedcba9876543210\n".to_vec(),
+            b"\0knotless-step-end 000 0123456789abcde\n".to_vec(),
+            b"\0knotless-step-end 000 0123456789abcdef0\n".to_vec(),
+        ] {
+            let (out, ended, said) = through(&[&forged]).await;
+            assert_eq!((&out, ended, said), (&forged, None, false));
+            let (out, ended, said) = through(&[&forged, &mark(1)]).await;
+            assert_eq!((out, ended, said), (forged, Some(1), true));
         }
     }
 
     #[tokio::test]
     async fn a_mark_the_step_printed_before_its_end_is_output() {
-        let mut forged = end_mark(0);
+        let mut forged = mark(0);
         forged.extend_from_slice(b"more\n");
-        let (out, ended) = through(&[&forged]).await;
-        assert_eq!((out, ended), (forged.clone(), None));
-        let (out, ended) = through(&[&end_mark(0), b"more\n", &end_mark(1)]).await;
-        assert_eq!((out, ended), (forged, Some(1)));
+        let (out, ended, said) = through(&[&forged]).await;
+        assert_eq!((out, ended, said), (forged.clone(), None, false));
+        let (out, ended, said) = through(&[&mark(0), b"more\n", &mark(1)]).await;
+        assert_eq!((out, ended, said), (forged, Some(1), true));
+    }
+
+    #[tokio::test]
+    async fn both_returns_once_both_streams_hold_their_mark_and_not_before() {
+        let ends = Ends::default();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut out_w = EndMarked::new(&mut out, KEY, &ends, 0);
+        let mut err_w = EndMarked::new(&mut err, KEY, &ends, 1);
+        let mut both = Box::pin(ends.both());
+        fn not_yet(both: &mut Pin<Box<impl std::future::Future<Output = ()>>>) -> bool {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            both.as_mut().poll(&mut cx).is_pending()
+        }
+        assert!(not_yet(&mut both));
+        out_w
+            .write_all(&mark(0))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(not_yet(&mut both), "one stream's mark");
+        // More after a mark makes it output: that stream has not ended.
+        out_w
+            .write_all(b"more")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        err_w
+            .write_all(&mark(0))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(not_yet(&mut both), "a mark followed by output");
+        out_w
+            .write_all(&mark(0))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!not_yet(&mut both), "both marks");
     }
 }

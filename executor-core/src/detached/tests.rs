@@ -503,7 +503,7 @@ async fn a_second_start_counts_a_gap_and_never_takes_its_own_code_for_the_steps(
 
 /// A follow's special endings are marked whatever the exec's environment
 /// holds: a step variable named like the start's own `second` must not
-/// make a gap look like a cut.
+/// make a gap look like a cut, nor one named `key` change its marks' key.
 #[test]
 fn a_follow_marks_its_gap_even_with_a_step_variable_named_second() {
     for shell in shells() {
@@ -513,23 +513,17 @@ fn a_follow_marks_its_gap_even_with_a_step_variable_named_second() {
             .unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(dir.path().join("stepio-t.status"), "0\n").unwrap_or_else(|e| panic!("{e}"));
         let argv = files.follow_argv(Offsets::default());
+        let mark = end_mark(end_key(&argv).unwrap_or_default(), FOLLOW_GAP_STDOUT as u8);
         let out = std::process::Command::new(shell[0])
             .args(&shell[1..])
             .args(&argv[1..])
             .env("second", "1")
+            .env("key", "0000")
             .output()
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out.status.code(), Some(FOLLOW_GAP_STDOUT), "{shell:?}");
-        assert!(
-            out.stdout.ends_with(&end_mark(FOLLOW_GAP_STDOUT as u8)),
-            "{shell:?}: {:?}",
-            out.stdout
-        );
-        assert!(
-            out.stderr.ends_with(&end_mark(FOLLOW_GAP_STDOUT as u8)),
-            "{shell:?}: {:?}",
-            out.stderr
-        );
+        assert!(out.stdout.ends_with(&mark), "{shell:?}: {:?}", out.stdout);
+        assert!(out.stderr.ends_with(&mark), "{shell:?}: {:?}", out.stderr);
     }
 }
 
@@ -931,5 +925,108 @@ async fn a_status_read_or_probe_cut_at_once_is_tried_again_after_growing_pauses(
         );
         assert_eq!(exec.0.into_inner(), MAX_IDLE_CUTS + 1, "probe {probe}");
         assert_eq!(before.elapsed(), pauses, "probe {probe}");
+    }
+}
+
+/// An exec whose streams carry what a wrapper writes, `before` the real
+/// end marks (with the key of the exec's argv, and `status`) if there are
+/// any, and that then never ends: an engine slow to close a stream after
+/// the marks, or one whose connection lingers.
+struct Lingering {
+    before: Vec<u8>,
+    status: Option<u8>,
+    execs: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait]
+impl StepExec for Lingering {
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        self.execs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let io = |e: std::io::Error| ExecutorError::backend("test output", e.to_string());
+        let head = [BEGIN_MARK, &self.before].concat();
+        stdout.write_all(&head).await.map_err(io)?;
+        stderr.write_all(&head).await.map_err(io)?;
+        if let Some(status) = self.status {
+            let mark = end_mark(end_key(argv).unwrap_or_default(), status);
+            stdout.write_all(&mark).await.map_err(io)?;
+            // The marks are split across writes, as a stream may carry them.
+            let (head, tail) = mark.split_at(5);
+            stderr.write_all(head).await.map_err(io)?;
+            tokio::task::yield_now().await;
+            stderr.write_all(tail).await.map_err(io)?;
+        }
+        interrupt.cancelled().await;
+        Ok(ExecEnd::Interrupted)
+    }
+
+    async fn kill(&self, _: &str) -> Result<(), ExecutorError> {
+        Ok(())
+    }
+}
+
+/// Runs a step through `exec` until it ends or a minute of (paused) time
+/// passes: how it ended, if it did, and its stdout as the log has it.
+async fn within_a_minute(exec: &Lingering) -> (Option<StepEnd>, String) {
+    let (_dir, files) = state();
+    let (log, _) = RunLog::memory();
+    let outputs = Outputs::attach(&log);
+    let interrupt = CancellationToken::new();
+    let start = files.start_argv("", Script::Inline("true"));
+    let ended = tokio::time::timeout(
+        Duration::from_secs(60),
+        run_step(exec, &files, &start, &log, &interrupt, FOLLOW_NOW),
+    )
+    .await
+    .ok()
+    .map(|ended| ended.unwrap_or_else(|e| panic!("{e}")));
+    (ended, outputs.get().0)
+}
+
+/// Both end marks are the step's end: the runner does not wait for the
+/// engine to close the exec's stream after them (through Docker, another
+/// 3 to 6 ms a step).
+#[tokio::test(start_paused = true)]
+async fn a_step_ends_at_its_end_marks_not_when_the_engine_closes_its_stream() {
+    let exec = Lingering {
+        before: b"built\n".to_vec(),
+        status: Some(3),
+        execs: Default::default(),
+    };
+    let (ended, stdout) = within_a_minute(&exec).await;
+    assert_eq!(ended, Some(StepEnd::Exited(3)));
+    assert_eq!(stdout, "built\n");
+    assert_eq!(exec.execs.into_inner(), 1);
+}
+
+/// A mark the step printed, with no key or another exec's, is output and
+/// ends nothing, even as the last bytes before a stream that lingers.
+#[tokio::test(start_paused = true)]
+async fn a_mark_without_the_execs_key_ends_nothing_and_is_output() {
+    for forged in [
+        b"\0knotless-step-end 000\n".to_vec(),
+        end_mark("0123456789abcdef", 0),
+    ] {
+        let exec = Lingering {
+            before: forged.clone(),
+            status: None,
+            execs: Default::default(),
+        };
+        let (ended, stdout) = within_a_minute(&exec).await;
+        assert_eq!(ended, None, "{forged:?}");
+        assert_eq!(stdout.as_bytes(), &forged[..]);
+        let exec = Lingering {
+            before: forged.clone(),
+            status: Some(1),
+            execs: Default::default(),
+        };
+        let (ended, stdout) = within_a_minute(&exec).await;
+        assert_eq!(ended, Some(StepEnd::Exited(1)), "{forged:?}");
+        assert_eq!(stdout.as_bytes(), &forged[..]);
     }
 }

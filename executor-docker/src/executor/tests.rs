@@ -22,11 +22,24 @@ fn step() -> StepCommand {
     }
 }
 
-/// A step exec's output that ran to its end with `status`: the begin mark
-/// on both streams, `stdout`, then the end mark on both.
-fn whole(stdout: &str, status: u8) -> crate::engine::ExecOutput {
+/// The id a mock gives the exec `exec`: `name`, and the key of its end
+/// marks, if it has one.
+fn exec_id(name: &str, exec: &crate::engine::ExecSpec) -> String {
+    let key = executor_core::detached::end_key(&exec.cmd).unwrap_or_default();
+    format!("{name}:{key}")
+}
+
+/// The name and the end marks' key in an id from [`exec_id`].
+fn named(exec_id: &str) -> (&str, &str) {
+    exec_id.split_once(':').unwrap_or((exec_id, ""))
+}
+
+/// The output of step exec `exec_id` that ran to its end with `status`:
+/// the begin mark on both streams, `stdout`, then the end mark on both.
+fn whole(exec_id: &str, stdout: &str, status: u8) -> crate::engine::ExecOutput {
+    let key = named(exec_id).1;
     let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
-    let end = bytes::Bytes::from(executor_core::detached::end_mark(status));
+    let end = bytes::Bytes::from(executor_core::detached::end_mark(key, status));
     futures_util::stream::iter([
         Ok((StepStream::Stdout, begin.clone())),
         Ok((StepStream::Stderr, begin)),
@@ -39,8 +52,9 @@ fn whole(stdout: &str, status: u8) -> crate::engine::ExecOutput {
 
 fn with_exec(mock: &mut MockEngine, state: ExecState) {
     mock.expect_exec_create()
-        .returning(|_, _| Ok("exec-1".into()));
-    mock.expect_exec_start().returning(|_| Ok(whole("hi\n", 0)));
+        .returning(|_, exec| Ok(exec_id("exec-1", exec)));
+    mock.expect_exec_start()
+        .returning(|id| Ok(whole(id, "hi\n", 0)));
     mock.expect_exec_inspect().returning(move |_| Ok(state));
 }
 
@@ -77,20 +91,20 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
     // status; the probe that asks whether the container still answers
     // runs and exits 0.
     mock.expect_exec_create().returning(|_, exec| {
-        Ok(if exec.cmd[2] == "true" {
+        let name = if exec.cmd[2] == "true" {
             "probe"
         } else if exec.cmd[2].contains("while :") && !exec.cmd[2].contains("mkfifo") {
             "follow"
         } else {
             "step"
-        }
-        .into())
+        };
+        Ok(exec_id(name, exec))
     });
-    mock.expect_exec_start().returning(|exec_id| {
+    mock.expect_exec_start().returning(|id| {
         let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
-        Ok(match exec_id {
+        Ok(match named(id).0 {
             "probe" => futures_util::stream::empty().boxed(),
-            "follow" => whole("", executor_core::detached::FOLLOW_LOST as u8),
+            "follow" => whole(id, "", executor_core::detached::FOLLOW_LOST as u8),
             _ => futures_util::stream::iter([
                 Ok((StepStream::Stdout, begin.clone())),
                 Ok((StepStream::Stderr, begin)),
@@ -98,10 +112,10 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
             .boxed(),
         })
     });
-    mock.expect_exec_inspect().returning(|exec_id| {
+    mock.expect_exec_inspect().returning(|id| {
         Ok(ExecState {
             running: false,
-            exit_code: match exec_id {
+            exit_code: match named(id).0 {
                 "probe" => Some(0),
                 "follow" => Some(i64::from(executor_core::detached::FOLLOW_LOST)),
                 _ => None,
@@ -159,18 +173,18 @@ async fn a_failing_step_with_a_new_oom_kill_is_out_of_memory_whatever_its_code()
 async fn step_with_oom_counter(code: i64, oom_kills: u64) -> Result<CommandOutcome, ExecutorError> {
     let mut mock = MockEngine::new();
     mock.expect_exec_create().returning(|id, exec| {
-        if exec.cmd.last().map(String::as_str) != Some("echo hi") {
+        if exec.cmd.get(4).map(String::as_str) != Some("echo hi") {
             return Ok("probe".into());
         }
         assert_eq!(id, "c");
         assert_eq!(exec.working_dir, "/work");
         assert_eq!(exec.cmd[..2], ["sh".to_string(), "-c".to_string()]);
         assert_eq!(exec.env, [("SECRET".to_string(), "v".to_string())]);
-        Ok("exec-1".into())
+        Ok(exec_id("exec-1", exec))
     });
     mock.expect_exec_start().returning(move |id| {
         if id != "probe" {
-            return Ok(whole("", u8::try_from(code).unwrap_or(u8::MAX)));
+            return Ok(whole(id, "", u8::try_from(code).unwrap_or(u8::MAX)));
         }
         let said = format!("oom 0\noom_kill {oom_kills}\n");
         Ok(

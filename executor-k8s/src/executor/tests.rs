@@ -2,7 +2,7 @@
 //! sessions, in milliseconds: what a real cluster shows only under faults.
 //! (The wire protocols under a session are tested in `exec.rs`.)
 
-use executor_core::detached::{end_mark, BEGIN_MARK};
+use executor_core::detached::{end_key, end_mark, BEGIN_MARK};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,9 +30,10 @@ struct ScriptedExec {
     stdout: &'static str,
     ended: Ended,
     stdin: Stdin,
-    /// Ends both streams with the end mark, as a step's start or follow
-    /// that ran to its end does.
-    marked: bool,
+    /// The key of its end marks, for a step's start or follow: it begins
+    /// both streams with the begin mark and, when it exits, ends them with
+    /// the end mark, as the wrapper does.
+    marked: Option<String>,
 }
 
 #[async_trait]
@@ -50,19 +51,17 @@ impl ExecSession for ScriptedExec {
             stdin.read_to_end(&mut all).await.unwrap();
             self.stdin.lock().unwrap().extend(all);
         }
-        if self.marked {
+        if self.marked.is_some() {
             io.stdout.write_all(BEGIN_MARK).await.unwrap();
             io.stderr.write_all(BEGIN_MARK).await.unwrap();
         }
         io.stdout.write_all(self.stdout.as_bytes()).await.unwrap();
-        if self.marked {
-            // The wrapper's mark carries the status it exits with.
-            let status = match self.ended {
-                Ended::Exited(code) => u8::try_from(code).unwrap_or(u8::MAX),
-                _ => 0,
-            };
-            io.stdout.write_all(&end_mark(status)).await.unwrap();
-            io.stderr.write_all(&end_mark(status)).await.unwrap();
+        // The wrapper's mark carries the status it exits with; a stream
+        // cut short has none.
+        if let (Some(key), Ended::Exited(code)) = (&self.marked, &self.ended) {
+            let status = u8::try_from(*code).unwrap_or(u8::MAX);
+            io.stdout.write_all(&end_mark(key, status)).await.unwrap();
+            io.stderr.write_all(&end_mark(key, status)).await.unwrap();
         }
         Ok(self.ended)
     }
@@ -73,14 +72,14 @@ fn exec(stdout: &'static str, ended: Ended) -> Box<dyn ExecSession> {
     scripted(true, stdout, ended, &Stdin::default())
 }
 
-/// As [`exec`], for a step's start or follow that ran to its end.
-fn step_exec(stdout: &'static str, ended: Ended) -> Box<dyn ExecSession> {
+/// As [`exec`], for a step's start or follow, `argv`.
+fn step_exec(argv: &[String], stdout: &'static str, ended: Ended) -> Box<dyn ExecSession> {
     Box::new(ScriptedExec {
         v5: true,
         stdout,
         ended,
         stdin: Stdin::default(),
-        marked: true,
+        marked: Some(end_key(argv).unwrap_or_default().to_string()),
     })
 }
 
@@ -90,7 +89,7 @@ fn scripted(v5: bool, stdout: &'static str, ended: Ended, stdin: &Stdin) -> Box<
         stdout,
         ended,
         stdin: stdin.clone(),
-        marked: false,
+        marked: None,
     })
 }
 
@@ -160,7 +159,7 @@ async fn exit_137_with_the_pod_oom_killed_is_an_oom_failure() {
     cluster
         .expect_exec()
         .times(1)
-        .return_once(|_, _, _, _| Ok(step_exec("building\n", Ended::Exited(137))));
+        .return_once(|_, _, argv, _| Ok(step_exec(argv, "building\n", Ended::Exited(137))));
     cluster.expect_get_pod().times(1).return_once(|_| {
         Ok(Some(pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Running",
             "containerStatuses": [{"name": "step", "image": "i", "imageID": "", "ready": false,
@@ -185,7 +184,7 @@ async fn exit_137_with_the_pod_deleted_is_a_lost_environment() {
     cluster
         .expect_exec()
         .times(1)
-        .return_once(|_, _, _, _| Ok(step_exec("", Ended::Exited(137))));
+        .return_once(|_, _, argv, _| Ok(step_exec(argv, "", Ended::Exited(137))));
     cluster.expect_get_pod().times(1).return_once(|_| Ok(None));
     let err = step(&live(cluster)).await.unwrap_err();
     assert!(matches!(err, ExecutorError::EnvironmentLost(_)), "{err}");
@@ -215,7 +214,11 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
                 // The step's output, then the connection drops: no status.
                 "start" => exec("half", Ended::Closed("the exec connection broke".into())),
                 // Its supervisor is gone and left no status.
-                "follow" => step_exec("", Ended::Exited(executor_core::detached::FOLLOW_LOST)),
+                "follow" => step_exec(
+                    argv,
+                    "",
+                    Ended::Exited(executor_core::detached::FOLLOW_LOST),
+                ),
                 "probe" => exec("", Ended::Exited(0)),
                 other => panic!("unexpected {other} exec: {argv:?}"),
             })
@@ -236,10 +239,14 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
     let seen = follows.clone();
     cluster.expect_exec().returning(move |_, _, argv, _| {
         Ok(match kind_of(argv) {
-            "start" => step_exec("hal", Ended::Closed("the exec connection broke".into())),
+            "start" => step_exec(
+                argv,
+                "hal",
+                Ended::Closed("the exec connection broke".into()),
+            ),
             "follow" => {
                 seen.lock().unwrap().push(argv.to_vec());
-                step_exec("f-done\n", Ended::Exited(0))
+                step_exec(argv, "f-done\n", Ended::Exited(0))
             }
             "status" => exec("7\n", Ended::Exited(0)),
             "probe" => exec("", Ended::Exited(0)),
@@ -267,7 +274,7 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
     // Followed from the third byte of stdout, none of stderr.
     let follows = follows.lock().unwrap().clone();
     assert_eq!(follows.len(), 1);
-    assert_eq!(follows[0][follows[0].len() - 2..], ["3", "0"]);
+    assert_eq!(follows[0][4..6], ["3", "0"]);
     log.flush(std::time::Duration::from_secs(5)).await;
     let text = text.text();
     assert!(text.contains("hal") && text.contains("f-done"), "{text}");
@@ -366,7 +373,7 @@ async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
         .times(1)
         .returning(move |_, _, argv, _| {
             seen.lock().unwrap().push(argv.to_vec());
-            Ok(step_exec("", Ended::Exited(0)))
+            Ok(step_exec(argv, "", Ended::Exited(0)))
         });
     let executor = live_from(cluster, &spec);
     let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
