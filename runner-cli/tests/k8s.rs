@@ -429,32 +429,81 @@ async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_file
     cluster.shutdown().await;
 }
 
+/// The live proof with its outage check: `OUTAGE_CMD` asks this test,
+/// through a FIFO, to take the cluster's API server down for 5 s (every
+/// connection cut, new ones refused), and returns once it is back, as
+/// `ssh cp sudo systemctl restart kube-apiserver` would.
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_live_proof_script_passes_on_the_test_cluster() {
+async fn the_live_proof_script_passes_on_the_test_cluster_with_its_outage_check() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
-    let out = Command::new("bash")
+    let dir = tempfile::tempdir().unwrap();
+    let (down, back) = (dir.path().join("down"), dir.path().join("back"));
+    for fifo in [&down, &back] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo {}", fifo.display());
+    }
+    // Opened for reading and writing, neither end waits for the other,
+    // and the script's `read` of `back` waits for the line.
+    let mut asked = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&down)
+        .unwrap();
+    let mut told = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_sender(&back)
+        .unwrap();
+    let outage_cmd = format!(
+        "echo down > '{}' && read _ < '{}'",
+        down.display(),
+        back.display()
+    );
+    let proof = Command::new("bash")
         .arg(script("live-proof.sh"))
         .env("KUBECONFIG", cluster.kubeconfig())
         .env("IMAGE", image())
         .env("RUNNER_CLI", env!("CARGO_BIN_EXE_runner-cli"))
+        .env("OUTAGE_CMD", &outage_cmd)
         .env("HOME", std::env::temp_dir())
-        .output()
-        .await
-        .unwrap();
+        .output();
+    let outage = async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut line = [0u8; 5];
+        asked.read_exact(&mut line).await.unwrap();
+        let mut over = cluster.faults().outages_over();
+        let before = *over.borrow_and_update();
+        cluster.outage_now(std::time::Duration::from_secs(5));
+        over.wait_for(|n| *n > before).await.unwrap();
+        told.write_all(b"back\n").await.unwrap();
+        std::future::pending::<()>().await;
+    };
+    let out = tokio::select! {
+        out = proof => out.unwrap(),
+        () = outage => unreachable!(),
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        stdout.contains("result: success") && stdout.contains("knotless-test-node"),
-        "{stdout}"
-    );
+    for said in [
+        "result: success",
+        "knotless-test-node",
+        // The outage cut the step's stream, and the runner followed it.
+        "the step's stream broke",
+        "outage ridden out: exit 5 kept, 60 ticks once each, in order",
+        "nothing left after the outage",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    assert_eq!(*cluster.faults().outages_over().borrow(), 1, "{stdout}");
     cluster.shutdown().await;
 }
 
