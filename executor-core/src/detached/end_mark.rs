@@ -19,7 +19,10 @@
 //! Each exec's marks carry a key of its own, the last word of its argv,
 //! made when the argv is: output that holds a mark (a step printing this
 //! very format, a log of another run) has another key or none, and stays
-//! output.
+//! output. The key keeps accidents out, not the step: one that reads it
+//! from the wrapper's command line in `/proc` can end itself early with a
+//! status of its choice, which is no more than `exit` after leaving a
+//! process behind lets it do.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
