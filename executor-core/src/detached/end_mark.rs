@@ -71,8 +71,8 @@ pub fn end_key(argv: &[String]) -> Option<&str> {
         .filter(|key| !key.is_empty() && key.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// The words of a mark after its prefix: the status, a space, the key
-/// and a newline.
+/// How long a mark with `key` is: the prefix, three digits, a space, the
+/// key and a newline.
 fn mark_len(key: &[u8]) -> usize {
     PREFIX.len() + 3 + 1 + key.len() + 1
 }
