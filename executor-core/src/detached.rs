@@ -202,8 +202,7 @@ record() {
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait
   echo "$s" > "$d.status"
-  trap '' PIPE
-  [ -n "$held" ] || { printf '\000knotless-step-end %03d %s\n' "$s" "$key" >&3; printf '\000knotless-step-end %03d %s\n' "$s" "$key" >&4; }
+  [ -n "$held" ] || marked "$s"
   exit "$s"
 ) &
 echo $! > "$d.pid"
@@ -212,8 +211,11 @@ wait $!"#;
 /// What a start and a follow do first: keep the exec's streams as fds 3
 /// and 4, and send the shell's own words (a fork that failed, a tool
 /// that is missing) nowhere. Only the step's output, and the marks, go
-/// to the exec.
-const STREAMS: &str = "exec 3>&1 4>&2 >/dev/null 2>&1";
+/// to the exec: `marked STATUS` ends both streams with the end mark
+/// ([`end_mark`], with the exec's `$key`), SIGPIPE ignored from then on
+/// (nothing follows the marks but the exit).
+const STREAMS: &str = r#"exec 3>&1 4>&2 >/dev/null 2>&1
+marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&3; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&4; }"#;
 
 /// Begins both streams with [`BEGIN_MARK`]: only bytes after it are
 /// counted as the step's. An engine that could not start the exec writes
@@ -239,7 +241,6 @@ const BEGIN: &str = r#"trap '' PIPE; printf '\000knotless-step-begin\n' >&3; pri
 /// every 200 ms (a second where `sleep` takes whole seconds only): this
 /// runs only after a stream broke.
 const FOLLOW: &str = r#"C=8388608
-marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&3; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&4; }
 end() { [ -n "$second" ] || marked "$1"; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
