@@ -47,7 +47,16 @@ async fn an_outage_as_the_job_is_deleted_is_ridden_out_and_leaves_nothing() {
     assert_eq!(result.status, RunStatus::Success, "{}", log.text());
     // The run's log says why it stood still, and that it went on.
     let text = log.text();
-    assert!(text.contains("no answer while deleting"), "{text}");
+    let calls: Vec<String> = backend
+        .cluster
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        text.contains("no answer while deleting"),
+        "{text}\n{calls:#?}"
+    );
     assert!(text.contains("answered again while deleting"), "{text}");
     outages_over(&backend, 1).await;
     assert_nothing_left(&backend, &fx.runner).await;

@@ -81,6 +81,8 @@ pub struct Faults {
     pod_watches: tokio::sync::watch::Sender<u64>,
     /// WebSocket pings received on execs so far.
     exec_pings: tokio::sync::watch::Sender<u64>,
+    /// Outages begun so far.
+    outages_begun: tokio::sync::watch::Sender<u64>,
     /// Outages ended so far.
     outages_over: tokio::sync::watch::Sender<u64>,
 }
@@ -91,6 +93,7 @@ impl Default for Faults {
             state: Mutex::default(),
             pod_watches: tokio::sync::watch::Sender::new(0),
             exec_pings: tokio::sync::watch::Sender::new(0),
+            outages_begun: tokio::sync::watch::Sender::new(0),
             outages_over: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -141,6 +144,12 @@ impl Faults {
             after: true,
         });
     }
+    /// How many outages have begun: the listener is closed and every
+    /// open connection told to close (each closes when its task next
+    /// runs; no request is answered meanwhile).
+    pub fn outages_begun(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.outages_begun.subscribe()
+    }
     /// How many outages have ended: the server is back after each.
     pub fn outages_over(&self) -> tokio::sync::watch::Receiver<u64> {
         self.outages_over.subscribe()
@@ -152,6 +161,9 @@ impl Faults {
             .iter()
             .position(|o| o.method.eq_ignore_ascii_case(method) && path.contains(&o.path))?;
         Some(s.outages.remove(i))
+    }
+    pub(crate) fn note_outage_begun(&self) {
+        self.outages_begun.send_modify(|n| *n += 1);
     }
     pub(crate) fn note_outage_over(&self) {
         self.outages_over.send_modify(|n| *n += 1);

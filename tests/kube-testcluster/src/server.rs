@@ -158,6 +158,7 @@ pub async fn serve(
             Some(down) = outages.recv() => {
                 drop(listener);
                 shared.cut.send_modify(|n| *n += 1);
+                shared.faults.note_outage_begun();
                 // The outage's length is the fault itself, not a wait for anything.
                 tokio::time::sleep(down).await;
                 listener = loop {
@@ -175,6 +176,11 @@ pub async fn serve(
         };
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
         let mut cut = shared.cut.subscribe();
+        // What a request on this connection checks: the outage's cut
+        // reaches each connection's task in its own time, and a request
+        // that one of them reads meanwhile must not be answered, as no
+        // request is once a real server is down.
+        let down = shared.cut.subscribe();
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
@@ -191,7 +197,11 @@ pub async fn serve(
             };
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let shared = shared.clone();
+                let down = down.clone();
                 async move {
+                    if down.has_changed().unwrap_or(true) {
+                        std::future::pending::<()>().await;
+                    }
                     let outage = shared
                         .faults
                         .take_outage(req.method().as_str(), req.uri().path());
@@ -237,11 +247,12 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(tls), service)
                 .with_upgrades();
             tokio::select! {
+                biased;
+                // An outage: dropping the connection closes its socket.
+                _ = cut.changed() => {}
                 ended = conn => if let Err(err) = ended {
                     tracing::debug!(%err, "test cluster connection ended");
                 },
-                // An outage: dropping the connection closes its socket.
-                _ = cut.changed() => {}
             }
         });
     }
