@@ -139,6 +139,10 @@ async fn relay(
     let (mut from_engine, mut to_engine) = engine.split();
     let exec_started = std::sync::atomic::AtomicBool::new(false);
     let dropped = tokio::sync::Notify::new();
+    // The outage's cut reaches each relay in its own time: one that reads
+    // a request meanwhile must not pass it on, as an engine that is down
+    // answers nothing.
+    let down = cut.clone();
     let upstream = async {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -159,6 +163,9 @@ async fn relay(
                 && contains(chunk, b"/start")
             {
                 exec_started.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            if down.has_changed().unwrap_or(true) {
+                std::future::pending::<()>().await;
             }
             to_engine.write_all(chunk).await?;
         }
@@ -190,8 +197,9 @@ async fn relay(
         }
     };
     tokio::select! {
-        _ = async { tokio::join!(upstream, downstream) } => {}
+        biased;
         _ = cut.changed() => {}
+        _ = async { tokio::join!(upstream, downstream) } => {}
         () = dropped.notified() => {}
     }
 }
