@@ -102,6 +102,26 @@ pub enum Event {
         /// Its place in `RunSpec::steps`, from 0.
         index: usize,
     },
+    /// A step an earlier runner process started, carried on by
+    /// [`resume_with`](crate::resume::resume_with) after that process
+    /// stopped: announced once by [`Event::StepStarted`], and its output
+    /// goes on after the bytes the log already holds of it.
+    #[serde(rename_all = "camelCase")]
+    StepResumed {
+        /// When it was carried on.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The attempt it belongs to.
+        attempt: u32,
+        /// The step's name.
+        step: String,
+        /// Its place in `RunSpec::steps`, from 0.
+        index: usize,
+        /// Bytes of its stdout the log held.
+        stdout: u64,
+        /// Bytes of its stderr the log held.
+        stderr: u64,
+    },
     /// A piece of a step's output, masked, as it arrived. Pieces may end
     /// anywhere, even inside a UTF-8 sequence; [`JsonLines`] joins them.
     #[serde(rename_all = "camelCase")]
@@ -205,7 +225,9 @@ impl Event {
                 masker.mask_string(name);
                 masker.mask_string(runner);
             }
-            Event::StepStarted { step, .. } => masker.mask_string(step),
+            Event::StepStarted { step, .. } | Event::StepResumed { step, .. } => {
+                masker.mask_string(step)
+            }
             Event::StepFinished { step, failure, .. } => {
                 masker.mask_string(step);
                 for text in failure.iter_mut().flat_map(Failure::texts) {
@@ -246,6 +268,7 @@ impl Event {
             | Event::EnvironmentReady { at, .. }
             | Event::CacheRestored { at, .. }
             | Event::StepStarted { at, .. }
+            | Event::StepResumed { at, .. }
             | Event::Output { at, .. }
             | Event::StepFinished { at, .. }
             | Event::CacheSaved { at, .. }
@@ -270,6 +293,14 @@ impl Event {
                 format!("environment ready ({})", seconds(*start_ms))
             }
             Event::StepStarted { step, .. } => format!("step {step}: started"),
+            Event::StepResumed {
+                step,
+                stdout,
+                stderr,
+                ..
+            } => format!(
+                "step {step}: carried on by a new runner, after the {stdout} bytes of stdout and {stderr} of stderr above"
+            ),
             Event::StepFinished {
                 step,
                 status,

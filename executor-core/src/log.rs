@@ -391,6 +391,7 @@ impl RunLog {
                 inner.step = Some(step.clone());
                 inner.taken = [0, 0];
             }
+            Event::StepResumed { step, .. } => inner.step = Some(step.clone()),
             Event::StepFinished { .. } => inner.step = None,
             _ => {}
         }

@@ -139,16 +139,20 @@ pub(super) struct Steps {
     pub(super) attempt: u32,
     /// The index of the first step to run; those before it are in the record.
     pub(super) from: usize,
-    /// Set when that step was started by an earlier runner process.
+    /// Set when that step may have been started by an earlier runner
+    /// process.
     pub(super) resumed: Option<Resumed>,
 }
 
-/// A step an earlier runner process started.
+/// A step an earlier runner process may have started.
 #[derive(Clone, Copy)]
 pub(super) struct Resumed {
     /// What its log holds of the step's streams.
     pub(super) from: Offsets,
     pub(super) started_at: OffsetDateTime,
+    /// Whether the log told its start: else the runner was stopped
+    /// between two steps, and the backend finds whether it started.
+    pub(super) announced: bool,
 }
 
 /// Runs `spec`'s steps from `steps.from` on, in order, until one does not
@@ -325,14 +329,25 @@ async fn run_step(
         .resumed
         .map_or_else(OffsetDateTime::now_utc, |r| r.started_at);
     let clock = Instant::now();
-    log.emit(Event::StepStarted {
-        at: started_at,
-        attempt: place.attempt,
-        step: step.name.clone(),
-        index: place.index,
-    });
-    if let Some(resumed) = place.resumed {
-        log.step_goes_on_from(resumed.from);
+    match place.resumed {
+        // Its start is in the log already, from the runner that made it.
+        Some(resumed) if resumed.announced => {
+            log.emit(Event::StepResumed {
+                at: OffsetDateTime::now_utc(),
+                attempt: place.attempt,
+                step: step.name.clone(),
+                index: place.index,
+                stdout: resumed.from.stdout,
+                stderr: resumed.from.stderr,
+            });
+            log.step_goes_on_from(resumed.from);
+        }
+        _ => log.emit(Event::StepStarted {
+            at: started_at,
+            attempt: place.attempt,
+            step: step.name.clone(),
+            index: place.index,
+        }),
     }
     let token = CancellationToken::new();
     // A resumed step's time ran under the runner before this one too.

@@ -94,6 +94,7 @@ async fn carry_on(
             .running
             .as_ref()
             .map_or_else(OffsetDateTime::now_utc, |r| r.started_at),
+        announced: mark.running.is_some(),
     };
     log.line(&format!(
         "a new runner process carries run {} on in environment {} ({} of {} steps finished)",

@@ -113,15 +113,6 @@ impl Mark {
             Event::StepStarted {
                 at, step, index, ..
             } => {
-                // A resumed step is announced again: what the log holds
-                // of it stays counted.
-                if self
-                    .running
-                    .as_ref()
-                    .is_some_and(|r| r.index == *index && r.name == *step)
-                {
-                    return;
-                }
                 self.running = Some(RunningStep {
                     index: *index,
                     name: step.clone(),
@@ -364,11 +355,26 @@ mod tests {
 
         let (log, again) = RunLog::resume(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(again, mark);
+        // The step is carried on, not started again: what the log holds
+        // of it stays counted.
+        log.emit(Event::StepResumed {
+            at: OffsetDateTime::now_utc(),
+            attempt: 1,
+            step: "s".into(),
+            index: 0,
+            stdout: 4,
+            stderr: 0,
+        });
         log.output(b"two\n").await;
         let now = mark_now(&log, &path).await;
         assert_eq!(held(&now), (8, 0));
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(text, "==> step s: started\none\ntwo\n");
+        assert_eq!(
+            text,
+            "==> step s: started\none\n\
+             ==> step s: carried on by a new runner, after the 4 bytes of stdout and 0 of stderr above\n\
+             two\n"
+        );
         drop(log);
 
         // A log cut shorter than its mark was changed after the run wrote it.

@@ -132,6 +132,9 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
         let want: Vec<String> = (1..=60).map(|i| format!("{stream}-{i}")).collect();
         assert_eq!(lines, want, "every {stream} line once, in order:\n{text}");
     }
+    // Its start is told once; the new runner says it carried it on.
+    assert_eq!(text.matches("step slow: started").count(), 1, "{text}");
+    assert_eq!(text.matches("step slow: carried on").count(), 1, "{text}");
     assert!(!text.contains("partial-"), "{text}");
     assert!(text.contains("after-ran"), "{text}");
     let seen = std::fs::read_to_string(fx.outputs().join("seen.txt"))
