@@ -159,6 +159,17 @@ pub enum Event {
         /// Why it did not succeed.
         failure: Option<Failure>,
     },
+    /// An attempt ended: its record, as the result's `attempts` will hold
+    /// it. The run's last attempt is told too, before
+    /// [`Event::RunFinished`].
+    #[serde(rename_all = "camelCase")]
+    AttemptFinished {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The attempt's record.
+        record: Box<crate::Attempt>,
+    },
     /// A cache was saved, or not (see its `saved` and `note`).
     #[serde(rename_all = "camelCase")]
     CacheSaved {
@@ -245,6 +256,9 @@ impl Event {
             }
             Event::Message { text, .. } => masker.mask_string(text),
             Event::RunFinished { result, .. } => result.mask(masker),
+            Event::AttemptFinished { record, .. } => {
+                record.texts().for_each(|t| masker.mask_string(t))
+            }
             // Output is masked as a stream before it becomes an event.
             Event::Output { .. }
             | Event::EnvironmentReady { .. }
@@ -271,6 +285,7 @@ impl Event {
             | Event::StepResumed { at, .. }
             | Event::Output { at, .. }
             | Event::StepFinished { at, .. }
+            | Event::AttemptFinished { at, .. }
             | Event::CacheSaved { at, .. }
             | Event::OutputsCollected { at, .. }
             | Event::Message { at, .. }
@@ -325,7 +340,8 @@ impl Event {
             Event::OutputsCollected { .. }
             | Event::Output { .. }
             | Event::CacheRestored { .. }
-            | Event::CacheSaved { .. } => return None,
+            | Event::CacheSaved { .. }
+            | Event::AttemptFinished { .. } => return None,
         })
     }
 }

@@ -143,6 +143,15 @@ impl StepResult {
     }
 }
 
+impl Attempt {
+    pub(crate) fn texts(&mut self) -> impl Iterator<Item = &mut String> {
+        self.failure
+            .iter_mut()
+            .flat_map(Failure::texts)
+            .chain(self.steps.iter_mut().flat_map(StepResult::texts))
+    }
+}
+
 impl Failure {
     pub(crate) fn texts(&mut self) -> impl Iterator<Item = &mut String> {
         std::iter::once(&mut self.message).chain(self.step.as_mut())
@@ -214,8 +223,7 @@ pub struct RunResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attempt {
-    /// 1 for the first attempt. A resumed run's result starts at the
-    /// attempt it carried on.
+    /// 1 for the first attempt.
     pub number: u32,
     /// How the attempt ended.
     pub status: RunStatus,
@@ -284,12 +292,7 @@ impl RunResult {
             .chain(self.error.as_mut())
             .chain(self.failure.iter_mut().flat_map(Failure::texts))
             .chain(self.steps.iter_mut().flat_map(StepResult::texts))
-            .chain(self.attempts.iter_mut().flat_map(|a| {
-                a.failure
-                    .iter_mut()
-                    .flat_map(Failure::texts)
-                    .chain(a.steps.iter_mut().flat_map(StepResult::texts))
-            }))
+            .chain(self.attempts.iter_mut().flat_map(Attempt::texts))
             .chain(self.outputs.iter_mut().map(|o| &mut o.path))
             .chain(
                 self.refused

@@ -15,8 +15,8 @@ use crate::events::Event;
 use crate::journal::Leftover;
 use crate::tar::RefusedEntry;
 use crate::{
-    CommandOutcome, DriverOptions, Executor, ExecutorError, Failure, FailureKind, Phases,
-    RunHandle, RunLog, RunSpec, StepCommand, StepResult, StepStatus,
+    Attempt, CommandOutcome, DriverOptions, Executor, ExecutorError, Failure, FailureKind, Phases,
+    RunHandle, RunLog, RunSpec, RunStatus, StepCommand, StepResult, StepStatus,
 };
 
 /// What one attempt did.
@@ -75,6 +75,32 @@ impl AttemptRecord {
     pub(super) fn ended(mut self) -> Self {
         self.finished_at = OffsetDateTime::now_utc();
         self
+    }
+
+    /// The result's record of this attempt, numbered `number`.
+    pub(super) fn attempt(&self, number: u32) -> Attempt {
+        Attempt {
+            number,
+            status: self
+                .failure
+                .as_ref()
+                .map_or(RunStatus::Success, |f| f.kind.run_status()),
+            failure: self.failure.clone(),
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            steps: self.steps.clone(),
+            phases: self.phases,
+        }
+    }
+
+    /// Tells `log` that this attempt, numbered `number`, ended: a runner
+    /// process that carries the run on after this one keeps it
+    /// ([`Mark::earlier`](crate::resume::Mark::earlier)).
+    pub(super) fn tell(&self, log: &RunLog, number: u32) {
+        log.emit(Event::AttemptFinished {
+            at: self.finished_at,
+            record: Box::new(self.attempt(number)),
+        });
     }
 }
 

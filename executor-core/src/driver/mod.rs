@@ -141,6 +141,7 @@ async fn drive(
             spec,
             log,
             started_at,
+            Vec::new(),
             (1, vec![refused(spec, &err)]),
             None,
         )
@@ -163,6 +164,7 @@ async fn drive(
             ));
         }
         let record = run_attempt(executor, spec, log, &watch, options, number).await;
+        record.tell(log, number);
         let again = record
             .failure
             .as_ref()
@@ -189,7 +191,16 @@ async fn drive(
             break;
         }
     }
-    finish(executor, spec, log, started_at, (1, attempts), after_all).await
+    finish(
+        executor,
+        spec,
+        log,
+        started_at,
+        Vec::new(),
+        (1, attempts),
+        after_all,
+    )
+    .await
 }
 
 /// Removes everything in `dir`, never following a link out of it.
@@ -214,13 +225,15 @@ fn millis(since: Instant) -> u64 {
 }
 
 /// The result: the last attempt described at the top level, every attempt
-/// kept, numbered from `first`; `after_all` is a failure that came
+/// kept: `earlier` as an earlier runner process recorded them, then
+/// `attempts` numbered from `first`; `after_all` is a failure that came
 /// between attempts.
 async fn finish(
     executor: &dyn Executor,
     spec: &RunSpec,
     log: &RunLog,
     started_at: OffsetDateTime,
+    earlier: Vec<Attempt>,
     (first, attempts): (u32, Vec<AttemptRecord>),
     after_all: Option<Failure>,
 ) -> RunResult {
@@ -245,21 +258,10 @@ async fn finish(
         refused: Vec::new(),
         caches: Vec::new(),
         phases: Default::default(),
-        attempts: Vec::with_capacity(attempts.len()),
+        attempts: earlier,
     };
     for (number, record) in (first..).zip(attempts) {
-        result.attempts.push(Attempt {
-            number,
-            status: record
-                .failure
-                .as_ref()
-                .map_or(RunStatus::Success, |f| f.kind.run_status()),
-            failure: record.failure.clone(),
-            started_at: record.started_at,
-            finished_at: record.finished_at,
-            steps: record.steps.clone(),
-            phases: record.phases,
-        });
+        result.attempts.push(record.attempt(number));
         result.failure = record.failure;
         result.error = record.error;
         result.steps = record.steps;

@@ -12,7 +12,8 @@ use crate::cache::CacheResult;
 use crate::detached::Offsets;
 use crate::resume::{Mark, Reattached};
 use crate::{
-    DriverOptions, Executor, ExecutorError, Failure, RunLog, RunResult, RunSpec, StepStatus,
+    Attempt, DriverOptions, Executor, ExecutorError, Failure, RunLog, RunResult, RunSpec,
+    StepStatus,
 };
 
 /// Carries on the run `live` (found by [`Executor::reattach`]) whose
@@ -22,8 +23,8 @@ use crate::{
 /// run, then the caches are saved, the outputs brought back and the
 /// environment stopped, as [`run_with`](crate::run_with) would have. The
 /// result has the earlier steps and the caches' restores as the mark
-/// recorded them, and one attempt, numbered as the attempt it carried on
-/// (the attempts before it are not in the mark).
+/// recorded them, and every attempt: those that ended before, as the
+/// mark kept them, then the one carried on.
 ///
 /// `spec` is the plan's run ([`RunPlan::into_spec`](crate::resume::RunPlan::into_spec)):
 /// its outputs folder and secrets are this process's. The run timeout
@@ -66,7 +67,16 @@ async fn carry_on(
         log.line(&format!("not resumed: {err}"));
         record.note(err.failure(err.to_string()));
         let attempt = (mark.attempt.max(1), vec![record.ended()]);
-        return finish(executor, spec, log, started_at, attempt, None).await;
+        return finish(
+            executor,
+            spec,
+            log,
+            started_at,
+            earlier(mark),
+            attempt,
+            None,
+        )
+        .await;
     }
     let ran_for =
         Duration::try_from(OffsetDateTime::now_utc() - live.plan.started_at).unwrap_or_default();
@@ -126,8 +136,29 @@ async fn carry_on(
     }
     record.caches = restored_caches(spec, &handle.work_dir, mark);
     wind_up(executor, handle, spec, log, options, &watch, &mut record).await;
-    let attempt = (mark.attempt.max(1), vec![record.ended()]);
-    finish(executor, spec, log, started_at, attempt, None).await
+    let number = mark.attempt.max(1);
+    let record = record.ended();
+    record.tell(log, number);
+    finish(
+        executor,
+        spec,
+        log,
+        started_at,
+        earlier(mark),
+        (number, vec![record]),
+        None,
+    )
+    .await
+}
+
+/// The attempts that ended before the one `mark` carries on, as the
+/// earlier runner process told them.
+fn earlier(mark: &Mark) -> Vec<Attempt> {
+    mark.earlier
+        .iter()
+        .filter(|a| a.number < mark.attempt)
+        .cloned()
+        .collect()
 }
 
 /// The caches the runner process before this one restored, as its log's

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 
 use crate::detached::Offsets;
 use crate::events::Event;
-use crate::{CacheResult, StepResult, StepStatus};
+use crate::{Attempt, CacheResult, StepResult, StepStatus};
 
 /// How far a run got, as its log shows it; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +42,10 @@ pub struct Mark {
     pub running: Option<RunningStep>,
     /// Whether the run finished: there is nothing to resume.
     pub run_finished: bool,
+    /// The attempts that ended, as [`Event::AttemptFinished`] told them:
+    /// a resumed run's result lists them before the one it carries on.
+    #[serde(default)]
+    pub earlier: Vec<Attempt>,
 }
 
 /// The step a [`Mark`] saw running.
@@ -144,6 +148,7 @@ impl Mark {
                     failure: failure.clone(),
                 });
             }
+            Event::AttemptFinished { record, .. } => self.earlier.push((**record).clone()),
             Event::RunFinished { .. } => {
                 self.run_finished = true;
                 self.running = None;

@@ -3,6 +3,7 @@
 //! says what happened.
 
 mod lifecycle;
+mod resume;
 mod retries;
 mod steps;
 
@@ -26,6 +27,9 @@ use tokio_util::sync::CancellationToken;
 struct Fake {
     mock: MockExecutor,
     hang_in_command: bool,
+    /// Commands from this many on run until interrupted.
+    hang_after_commands: Option<usize>,
+    commands: std::sync::atomic::AtomicUsize,
     hang_in_outputs: bool,
     /// A start that finishes only once interrupted, as one that was
     /// creating the environment when the run was cancelled.
@@ -57,7 +61,10 @@ impl Executor for Fake {
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError> {
-        if self.hang_in_command {
+        let before = self
+            .commands
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.hang_in_command || self.hang_after_commands.is_some_and(|n| before >= n) {
             self.entered.notify_one();
             interrupt.cancelled().await;
         }
@@ -96,6 +103,8 @@ impl Fake {
         Fake {
             mock,
             hang_in_command: false,
+            hang_after_commands: None,
+            commands: std::sync::atomic::AtomicUsize::new(0),
             hang_in_outputs: false,
             start_until_interrupted: false,
             entered: Arc::new(Notify::new()),

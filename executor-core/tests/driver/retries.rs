@@ -252,6 +252,9 @@ async fn events_tell_each_attempt_apart() {
             } => {
                 format!("{step} {attempt} {}", status.as_str())
             }
+            Event::AttemptFinished { record, .. } => {
+                format!("attempt {} {}", record.number, record.status.as_str())
+            }
             Event::RunFinished { result, .. } => format!("finished {}", result.status.as_str()),
             _ => return,
         };
@@ -274,11 +277,13 @@ async fn events_tell_each_attempt_apart() {
             "ready 1",
             "a 1",
             "a 1 error",
+            "attempt 1 error",
             "ready 2",
             "a 2",
             "a 2 success",
             "b 2",
             "b 2 success",
+            "attempt 2 success",
             "finished success",
         ]
     );

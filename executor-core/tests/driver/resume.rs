@@ -1,0 +1,92 @@
+//! A run carried on by a new runner process after the first was killed.
+
+use executor_core::resume::{resume_with, Reattached, RunPlan};
+use executor_core::FailureKind;
+
+use super::*;
+
+/// A run retried once, whose runner is killed in the second attempt, is
+/// carried on with a result that lists both attempts, as the run would
+/// have had it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumed_after_a_retry_keeps_every_attempt() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.log");
+    let spec = spec(out.path(), &["a"]);
+
+    // The first runner process: attempt 1 loses its environment, and
+    // the process is killed in attempt 2's step.
+    let mut mock = MockExecutor::new();
+    mock.expect_start()
+        .times(2)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Err(ExecutorError::EnvironmentLost("pod p was deleted".into())));
+    mock.expect_copy_out()
+        .withf(|_, path, _, _| path == OUTPUTS)
+        .times(1)
+        .returning(|_, _, _, _| Ok(UnpackSummary::default()));
+    mock.expect_stop().times(1).returning(|_| Ok(()));
+    let fake = Fake {
+        hang_after_commands: Some(1),
+        ..Fake::new(mock)
+    };
+    let entered = fake.entered.clone();
+    let log = RunLog::create_resumable(&path).unwrap();
+    let killed = tokio::spawn({
+        let (spec, log) = (spec.clone(), log.clone());
+        async move {
+            run_with(&fake, &spec, &log, CancellationToken::new(), &retrying(1)).await;
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("attempt 2's step never started");
+    assert!(log.flush(Duration::from_secs(10)).await);
+    killed.abort();
+    assert!(killed.await.unwrap_err().is_cancelled());
+    drop(log);
+
+    let (log, mark) = RunLog::resume(&path).unwrap();
+    assert_eq!(mark.attempt, 2);
+    let mut mock = MockExecutor::new();
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_copy_out()
+        .withf(|_, path, _, _| path == OUTPUTS)
+        .times(1)
+        .returning(|_, _, _, _| Ok(UnpackSummary::default()));
+    mock.expect_stop().times(1).returning(|_| Ok(()));
+    let live = Reattached {
+        handle: handle(),
+        plan: RunPlan::of(&spec),
+    };
+    let result = resume_with(
+        &Fake::new(mock),
+        &live,
+        &spec,
+        &mark,
+        &log,
+        CancellationToken::new(),
+        &DriverOptions::default(),
+    )
+    .await;
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Success, "{:?}", result.error);
+    let attempts: Vec<_> = result
+        .attempts
+        .iter()
+        .map(|a| (a.number, a.status))
+        .collect();
+    assert_eq!(attempts, [(1, RunStatus::Error), (2, RunStatus::Success)]);
+    let first = &result.attempts[0];
+    assert_eq!(
+        first.failure.as_ref().map(|f| f.kind),
+        Some(FailureKind::EnvironmentLost)
+    );
+    assert_eq!(first.steps[0].status, StepStatus::Error);
+    assert_eq!(result.attempts[1].steps, result.steps);
+}
