@@ -208,13 +208,18 @@ pub trait StepEnvironment: StepExec {
     /// What the environment says of a step that exited with `code` (not
     /// 0), or whose status was lost (`None`). `Ok(None)`: it is fine and
     /// the code stands (a lost status stays lost). `Ok(Some(outcome))`: it
-    /// explains the ending, as an OOM kill does.
+    /// explains the ending, as an OOM kill does. `files` are the step's
+    /// own ([`StepFiles::oom_file`] holds the OOM kills counted before it).
     ///
     /// # Errors
     /// [`ExecutorError::EnvironmentLost`] (or the backend's words for it)
     /// when the environment itself is gone or was killed: the step's code,
     /// if any, was that kill's.
-    async fn explain(&self, code: Option<i32>) -> Result<Option<CommandOutcome>, ExecutorError>;
+    async fn explain(
+        &self,
+        code: Option<i32>,
+        files: &StepFiles,
+    ) -> Result<Option<CommandOutcome>, ExecutorError>;
 }
 
 /// How a step starts in its environment.
@@ -258,18 +263,18 @@ pub async fn run_command(
     let ended = match run_step(env, &files, &argv, log, interrupt, follow).await {
         Ok(ended) => ended,
         // An environment gone under the step is lost, not a refused call.
-        Err(err) => return env.explain(None).await?.ok_or(err),
+        Err(err) => return env.explain(None, &files).await?.ok_or(err),
     };
     match ended {
         StepEnd::Exited(0) => Ok(CommandOutcome::exited(0)),
         // Any failure may be an OOM kill the shell passed on as its own
         // code, or the environment dying under the step: it says, not the code.
         StepEnd::Exited(code) => Ok(env
-            .explain(Some(code))
+            .explain(Some(code), &files)
             .await?
             .unwrap_or(CommandOutcome::exited(code))),
         StepEnd::Interrupted => Ok(CommandOutcome::Interrupted),
-        StepEnd::Lost(detail) => match env.explain(None).await? {
+        StepEnd::Lost(detail) => match env.explain(None, &files).await? {
             Some(outcome) => Ok(outcome),
             None => Err(ExecutorError::LostExitStatus {
                 what: format!("step {}", step.name),

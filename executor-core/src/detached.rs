@@ -77,7 +77,9 @@ mod end_mark;
 /// The files of one step in the environment's state folder, all named
 /// from one prefix, `stepio-ID`: `.pid` (the supervisor's pid, the root of
 /// the kill), `.o` and `.e` (the pipes the step writes into), `.out` and
-/// `.err` (what it wrote), `.status` (its exit status, once it ended).
+/// `.err` (what it wrote), `.status` (its exit status, once it ended),
+/// and `.oom` where OOM kills were counted in the environment before the
+/// step started (how many).
 /// Each step's start removes the files of the steps before it, whose
 /// ends the runner already has: the output on disk is one step's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +199,7 @@ record() {
   BEGIN
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
+  oom=0; for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
   ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&- &
   wait $!; s=$?
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
@@ -290,6 +293,15 @@ impl StepFiles {
     /// with every process under it.
     pub fn pid_file(&self) -> String {
         format!("{}.pid", self.prefix)
+    }
+
+    /// The file holding the `oom_kill` count of the environment's memory
+    /// cgroup (v2 `memory.events`, or v1 `memory.oom_control`) as the
+    /// step started: a kill counted after it is the step's, not one an
+    /// earlier step survived. Written only when the count is not 0, so
+    /// a run with no OOM kill makes no more files; none means 0.
+    pub fn oom_file(&self) -> String {
+        format!("{}.oom", self.prefix)
     }
 
     /// The argv that starts the step: `script` runs as `sh -e` (a file)

@@ -183,6 +183,38 @@ async fn an_oom_kill_passed_on_as_another_code_is_still_oom() {
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
 
+/// An OOM kill a step survived is not a later step's: a later step that
+/// fails of its own is a step failure, with its own code and words.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test]
+async fn an_oom_kill_an_earlier_step_survived_is_not_a_later_steps() {
+    let backend = docker_with(DockerOptions {
+        memory: Some(32 << 20),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("oomearlier");
+    let spec = fx
+        .spec(&backend, "oom-earlier")
+        .step(Step::new(
+            "survive",
+            r#"sh -c "x=\$(head -c 200000000 /dev/zero | tr '\0' a)" || echo survived"#,
+        ))
+        .step(Step::new("fail", "echo failing; exit 3"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert!(text.contains("survived"), "{text}");
+    assert_eq!(result.steps[0].status, StepStatus::Success, "{text}");
+    assert_eq!(result.steps[1].exit_code, Some(3), "{text}");
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::Step, "{}", failure.message);
+    assert_eq!(failure.step.as_deref(), Some("fail"));
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}
+
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"

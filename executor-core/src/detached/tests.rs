@@ -673,6 +673,9 @@ async fn a_step_makes_six_files_and_removes_the_steps_before_it() {
             .unwrap_or_else(|e| panic!("{e}"))
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
+            // Only where the host's memory cgroup counted an OOM kill:
+            // the tests' own OOM kills, on a host that nests them.
+            .filter(|name| !name.ends_with(".oom"))
             .collect();
         left.sort();
         assert_eq!(

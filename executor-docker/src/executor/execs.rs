@@ -7,7 +7,8 @@ use std::convert::Infallible;
 use super::*;
 use executor_core::container::gather::{Frame, Gathered};
 use executor_core::container::StepEnvironment;
-use executor_core::detached::{marks_its_end, ExecEnd, StepExec};
+use executor_core::detached::{marks_its_end, ExecEnd, StepExec, StepFiles};
+use executor_core::script::quote;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::engine::StepStream;
@@ -82,23 +83,28 @@ impl DockerExecutor {
             .is_ok()
     }
 
-    /// Whether the container's memory cgroup counted an OOM kill since the
-    /// last look. Docker sets `OOMKilled` only when the container's main
-    /// process dies of it, not an exec's, so the kernel's counter decides.
-    pub(super) async fn new_oom_kill(&self, id: &str) -> bool {
-        let script = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; true";
-        let Ok(text) = self.exec_as_root(id, script, "reading OOM counters").await else {
+    /// Whether the container's memory cgroup counted an OOM kill since
+    /// the step whose [`StepFiles::oom_file`] is `baseline` started.
+    /// Docker sets `OOMKilled` only when the container's main process
+    /// dies of it, not an exec's, so the kernel's counter decides; a kill
+    /// an earlier step survived is not this one's.
+    pub(super) async fn new_oom_kill(&self, id: &str, baseline: &str) -> bool {
+        let script = format!(
+            "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; \
+             printf 'baseline %s\\n' \"$(cat {} 2>/dev/null)\"; true",
+            quote(baseline)
+        );
+        let Ok(text) = self.exec_as_root(id, &script, "reading OOM counters").await else {
             return false;
         };
-        let count = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("oom_kill "))
-            .filter_map(|n| n.trim().parse::<u64>().ok())
-            .max()
-            .unwrap_or(0);
-        let mut seen = self.oom_kills.lock().unwrap_or_else(|p| p.into_inner());
-        let before = seen.insert(id.to_string(), count).unwrap_or(0);
-        count > before
+        let number = |prefix: &str| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix(prefix))
+                .filter_map(|n| n.trim().parse::<u64>().ok())
+                .max()
+                .unwrap_or(0)
+        };
+        number("oom_kill ") > number("baseline ")
     }
 
     /// What a missing or failing exit code means, from the container's
@@ -108,6 +114,7 @@ impl DockerExecutor {
         &self,
         id: &str,
         code: Option<i64>,
+        baseline: &str,
     ) -> Result<Option<String>, ExecutorError> {
         let state = self.engine.inspect(id).await?;
         if !state.exists || !state.running {
@@ -123,7 +130,9 @@ impl DockerExecutor {
                 "container {id} was killed while the step ran"
             )));
         }
-        if code.is_some_and(|c| c != 0) && (state.oom_killed || self.new_oom_kill(id).await) {
+        if code.is_some_and(|c| c != 0)
+            && (state.oom_killed || self.new_oom_kill(id, baseline).await)
+        {
             let limit = self
                 .options
                 .memory
@@ -154,8 +163,15 @@ pub(super) struct StepChannel<'a> {
 /// The container's state and counters explain an ending the code cannot.
 #[async_trait]
 impl StepEnvironment for StepChannel<'_> {
-    async fn explain(&self, code: Option<i32>) -> Result<Option<CommandOutcome>, ExecutorError> {
-        let oom = self.executor.explain(self.id, code.map(i64::from)).await?;
+    async fn explain(
+        &self,
+        code: Option<i32>,
+        files: &StepFiles,
+    ) -> Result<Option<CommandOutcome>, ExecutorError> {
+        let oom = self
+            .executor
+            .explain(self.id, code.map(i64::from), &files.oom_file())
+            .await?;
         Ok(oom.map(|detail| CommandOutcome::OutOfMemory { code, detail }))
     }
 }

@@ -39,8 +39,6 @@ pub struct DockerExecutor {
     /// Containers of runs this executor is running now (cleanup spares
     /// them), with the step scripts each holds as files.
     live: Mutex<HashMap<String, ScriptFiles>>,
-    /// OOM kills counted so far per container, to tell a new one.
-    oom_kills: Mutex<HashMap<String, u64>>,
 }
 
 impl DockerExecutor {
@@ -50,7 +48,6 @@ impl DockerExecutor {
             engine,
             options,
             live: Mutex::new(HashMap::new()),
-            oom_kills: Mutex::new(HashMap::new()),
         }
     }
 
@@ -228,10 +225,6 @@ impl Executor for DockerExecutor {
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         self.engine.remove(&run.id).await?;
         self.live().remove(&run.id);
-        self.oom_kills
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&run.id);
         Ok(())
     }
 

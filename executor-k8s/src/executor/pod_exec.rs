@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use executor_core::detached::{ExecEnd, StepExec};
+use executor_core::detached::{ExecEnd, StepExec, StepFiles};
 use executor_core::tar::{pack_dir, PackStream};
 use executor_core::ExecutorError;
 use tokio_util::sync::CancellationToken;
@@ -160,7 +160,11 @@ pub(super) struct StepChannel<'a> {
 
 #[async_trait::async_trait]
 impl StepEnvironment for StepChannel<'_> {
-    async fn explain(&self, code: Option<i32>) -> Result<Option<CommandOutcome>, ExecutorError> {
+    async fn explain(
+        &self,
+        code: Option<i32>,
+        _files: &StepFiles,
+    ) -> Result<Option<CommandOutcome>, ExecutorError> {
         match self.executor.lost_environment(self.live).await {
             Some(fate) => step_fate(fate, code).map(Some),
             None => Ok(None),
