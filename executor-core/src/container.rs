@@ -41,6 +41,7 @@ use crate::script::{Script, ScriptFiles};
 use crate::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
 
 pub mod gather;
+pub mod oom;
 
 /// The runner's own folder in every container environment: the step
 /// scripts, the run's plan and each step's files.

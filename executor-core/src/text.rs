@@ -69,6 +69,22 @@ impl HeadBuffer {
         self.dropped
     }
 
+    /// What was kept, as it came: for a program to read, not a person
+    /// ([`HeadBuffer::text`] is for them).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// use tokio::io::AsyncWriteExt;
+    /// let mut head = executor_core::text::HeadBuffer::new(8);
+    /// head.write_all(b"a 1\nb 2\nc 3\n").await?;
+    /// assert_eq!(head.kept(), b"a 1\nb 2\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn kept(&self) -> &[u8] {
+        &self.kept
+    }
+
     /// What was kept, trimmed and on one line, with a note of what was
     /// dropped: safe for a log line or an error message.
     pub fn text(&self) -> String {

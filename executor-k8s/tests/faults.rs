@@ -144,6 +144,57 @@ fn assert_oom(result: &executor_core::RunResult) {
     assert_eq!((failure.kind, failure.retryable), (FailureKind::Oom, false));
 }
 
+/// A step whose child the kernel OOM-killed in a pod that lived on (the
+/// step, not the container's own process, is the OOM killer's choice),
+/// and that exits with a code of its own, is an OOM failure: the pod's
+/// memory counters say, as no pod status does. A kill an earlier step
+/// survived is not a later step's.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_in_a_pod_that_lives_on_is_the_steps_and_only_its() {
+    let backend = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            memory_limit: Some("32Mi".into()),
+            ..common::options()
+        },
+    )
+    .await;
+    let hog = r#"sh -c "x=\$(head -c 200000000 /dev/zero | tr '\0' a)""#;
+    let fx = Fixture::new("k8s-oom-code");
+    let spec = fx
+        .spec(&backend, "oom-code")
+        .step(Step::new("hog", format!("{hog} || exit 1")));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.steps[0].exit_code, Some(1), "{}", log.text());
+    assert_oom(&result);
+    assert!(
+        error_of(&result)
+            .contains("OOMKilled: the step ran out of memory (the container's limit of 32Mi)"),
+        "{}",
+        error_of(&result)
+    );
+    assert_nothing_left(&backend, &fx.runner).await;
+
+    let fx = Fixture::new("k8s-oom-earlier");
+    let spec = fx
+        .spec(&backend, "oom-earlier")
+        .step(Step::new("survive", format!("{hog} || echo survived")))
+        .step(Step::new("fail", "exit 3"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert!(text.contains("survived"), "{text}");
+    assert_eq!(result.steps[1].exit_code, Some(3), "{text}");
+    let failure = result.failure.clone().unwrap();
+    assert_eq!(failure.kind, FailureKind::Step, "{}", failure.message);
+    assert_eq!(failure.step.as_deref(), Some("fail"));
+    assert_nothing_left(&backend, &fx.runner).await;
+    backend.cluster.shutdown().await;
+}
+
 /// An environment lost under the step is an error of `kind`, retryable.
 fn assert_lost(result: &executor_core::RunResult, kind: FailureKind) {
     assert_eq!(result.status, RunStatus::Error);

@@ -6,9 +6,9 @@ use std::convert::Infallible;
 
 use super::*;
 use executor_core::container::gather::{Frame, Gathered};
+use executor_core::container::oom;
 use executor_core::container::StepEnvironment;
 use executor_core::detached::{marks_its_end, ExecEnd, StepExec, StepFiles};
-use executor_core::script::quote;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::engine::StepStream;
@@ -84,27 +84,14 @@ impl DockerExecutor {
     }
 
     /// Whether the container's memory cgroup counted an OOM kill since
-    /// the step whose [`StepFiles::oom_file`] is `baseline` started.
-    /// Docker sets `OOMKilled` only when the container's main process
-    /// dies of it, not an exec's, so the kernel's counter decides; a kill
-    /// an earlier step survived is not this one's.
-    pub(super) async fn new_oom_kill(&self, id: &str, baseline: &str) -> bool {
-        let script = format!(
-            "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; \
-             printf 'baseline %s\\n' \"$(cat {} 2>/dev/null)\"; true",
-            quote(baseline)
-        );
-        let Ok(text) = self.exec_as_root(id, &script, "reading OOM counters").await else {
-            return false;
-        };
-        let number = |prefix: &str| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix(prefix))
-                .filter_map(|n| n.trim().parse::<u64>().ok())
-                .max()
-                .unwrap_or(0)
-        };
-        number("oom_kill ") > number("baseline ")
+    /// the step of `files` started ([`oom`]). Docker sets `OOMKilled`
+    /// only when the container's main process dies of it, not an exec's.
+    pub(super) async fn new_oom_kill(&self, id: &str, files: &StepFiles) -> bool {
+        let probe = oom::probe(files);
+        match self.exec_as_root(id, &probe, "reading OOM counters").await {
+            Ok(said) => oom::killed_since_start(&said),
+            Err(_) => false,
+        }
     }
 
     /// What a missing or failing exit code means, from the container's
@@ -114,7 +101,7 @@ impl DockerExecutor {
         &self,
         id: &str,
         code: Option<i64>,
-        baseline: &str,
+        files: &StepFiles,
     ) -> Result<Option<String>, ExecutorError> {
         let state = self.engine.inspect(id).await?;
         if !state.exists || !state.running {
@@ -130,8 +117,7 @@ impl DockerExecutor {
                 "container {id} was killed while the step ran"
             )));
         }
-        if code.is_some_and(|c| c != 0)
-            && (state.oom_killed || self.new_oom_kill(id, baseline).await)
+        if code.is_some_and(|c| c != 0) && (state.oom_killed || self.new_oom_kill(id, files).await)
         {
             let limit = self
                 .options
@@ -170,7 +156,7 @@ impl StepEnvironment for StepChannel<'_> {
     ) -> Result<Option<CommandOutcome>, ExecutorError> {
         let oom = self
             .executor
-            .explain(self.id, code.map(i64::from), &files.oom_file())
+            .explain(self.id, code.map(i64::from), files)
             .await?;
         Ok(oom.map(|detail| CommandOutcome::OutOfMemory { code, detail }))
     }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::{step_fate, K8sExecutor, LiveRun};
 use crate::cluster::{Ended, ExecIo, ExecSession};
 use crate::job::CONTAINER;
-use executor_core::container::StepEnvironment;
+use executor_core::container::{oom, StepEnvironment};
 use executor_core::CommandOutcome;
 
 impl K8sExecutor {
@@ -137,6 +137,18 @@ impl K8sExecutor {
             .await
     }
 
+    /// Whether the pod's memory cgroup counted an OOM kill since the step
+    /// of `files` started ([`oom`]).
+    pub(super) async fn new_oom_kill(&self, pod: &str, files: &StepFiles) -> bool {
+        let argv = vec!["sh".into(), "-c".into(), oom::probe(files)];
+        // A tool in the pod may print without end: the counters are short.
+        let mut said = executor_core::text::HeadBuffer::new(4096);
+        let probed = self
+            .exec_checked(pod, argv, None, &mut said, "reading OOM counters")
+            .await;
+        probed.is_ok() && oom::killed_since_start(&String::from_utf8_lossy(said.kept()))
+    }
+
     /// Whether the pod's container still runs commands.
     pub(super) async fn answers(&self, pod: &str) -> bool {
         self.exec_checked(
@@ -163,12 +175,29 @@ impl StepEnvironment for StepChannel<'_> {
     async fn explain(
         &self,
         code: Option<i32>,
-        _files: &StepFiles,
+        files: &StepFiles,
     ) -> Result<Option<CommandOutcome>, ExecutorError> {
-        match self.executor.lost_environment(self.live).await {
-            Some(fate) => step_fate(fate, code).map(Some),
-            None => Ok(None),
+        if let Some(fate) = self.executor.lost_environment(self.live).await {
+            return step_fate(fate, code).map(Some);
         }
+        // The pod lives on: the kernel may still have killed in it for
+        // memory, as it picks the step, not the container's own process.
+        if code.is_some_and(|c| c != 0) && self.executor.new_oom_kill(&self.live.pod, files).await {
+            let limit = self
+                .executor
+                .options
+                .memory_limit
+                .as_deref()
+                .map(|m| format!(" of {m}"))
+                .unwrap_or_default();
+            return Ok(Some(CommandOutcome::OutOfMemory {
+                code,
+                detail: format!(
+                    "OOMKilled: the step ran out of memory (the container's limit{limit})"
+                ),
+            }));
+        }
+        Ok(None)
     }
 }
 

@@ -197,6 +197,7 @@ fn kind_of(argv: &[String]) -> &'static str {
     match argv {
         [one] if one == "true" => "probe",
         [cat, _] if cat == "cat" => "status",
+        [_, _, script] if script.contains("baseline %s") => "oom counters",
         [_, _, script, ..] if script.contains("mkfifo") => "start",
         [_, _, script, ..] if script.contains("while :") => "follow",
         _ => "other",
@@ -250,6 +251,8 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
             }
             "status" => exec("7\n", Ended::Exited(0)),
             "probe" => exec("", Ended::Exited(0)),
+            // A failing code is put to the pod's memory counters: none.
+            "oom counters" => exec("oom_kill 0\nbaseline \n", Ended::Exited(0)),
             other => panic!("unexpected {other} exec: {argv:?}"),
         })
     });
