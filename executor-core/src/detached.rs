@@ -199,7 +199,7 @@ record() {
   BEGIN
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
-  oom=0; for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
+  oom=0; for f in OOM_COUNTERS; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
   ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&- &
   wait $!; s=$?
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
@@ -321,6 +321,7 @@ impl StepFiles {
             .replace("BEGIN", BEGIN)
             .replace("FOLLOW", &follow)
             .replace("FLAGS", flags)
+            .replace("OOM_COUNTERS", crate::container::oom::COUNTERS)
             // Last: the prelude names the step's variables (`CFLAGS`).
             .replace("PRELUDE", prelude);
         vec![

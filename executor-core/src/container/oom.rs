@@ -10,6 +10,11 @@
 use crate::detached::StepFiles;
 use crate::script::quote;
 
+/// Where an environment's memory cgroup counts its OOM kills (an
+/// `oom_kill N` line): cgroup v2's `memory.events`, v1's
+/// `memory.oom_control`. The step's wrapper reads them too.
+pub const COUNTERS: &str = "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control";
+
 /// The shell text that prints the environment's `oom_kill` counters and
 /// the step's baseline, for [`killed_since_start`] to read. Run it in
 /// the environment with `sh -c`; it always exits 0.
@@ -22,8 +27,7 @@ use crate::script::quote;
 /// ```
 pub fn probe(files: &StepFiles) -> String {
     format!(
-        "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; \
-         printf 'baseline %s\\n' \"$(cat {} 2>/dev/null)\"; true",
+        "cat {COUNTERS} 2>/dev/null; printf 'baseline %s\\n' \"$(cat {} 2>/dev/null)\"; true",
         quote(&files.oom_file())
     )
 }
@@ -46,4 +50,19 @@ pub fn killed_since_start(said: &str) -> bool {
             .unwrap_or(0)
     };
     number("oom_kill ") > number("baseline ")
+}
+
+/// What a step's failure says of an OOM kill, with the environment's
+/// memory limit as its backend writes it, if it has one.
+///
+/// ```
+/// use executor_core::container::oom::words;
+/// assert_eq!(
+///     words(Some("32Mi")),
+///     "OOMKilled: the step ran out of memory (the container's limit of 32Mi)"
+/// );
+/// ```
+pub fn words(limit: Option<&str>) -> String {
+    let limit = limit.map(|l| format!(" of {l}")).unwrap_or_default();
+    format!("OOMKilled: the step ran out of memory (the container's limit{limit})")
 }

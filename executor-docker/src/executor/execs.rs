@@ -119,14 +119,8 @@ impl DockerExecutor {
         }
         if code.is_some_and(|c| c != 0) && (state.oom_killed || self.new_oom_kill(id, files).await)
         {
-            let limit = self
-                .options
-                .memory
-                .map(|m| format!(" of {} MiB", m >> 20))
-                .unwrap_or_default();
-            return Ok(Some(format!(
-                "OOMKilled: the step ran out of memory (the container's limit{limit})"
-            )));
+            let limit = self.options.memory.map(|m| format!("{} MiB", m >> 20));
+            return Ok(Some(oom::words(limit.as_deref())));
         }
         Ok(None)
     }

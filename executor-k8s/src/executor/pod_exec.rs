@@ -183,18 +183,9 @@ impl StepEnvironment for StepChannel<'_> {
         // The pod lives on: the kernel may still have killed in it for
         // memory, as it picks the step, not the container's own process.
         if code.is_some_and(|c| c != 0) && self.executor.new_oom_kill(&self.live.pod, files).await {
-            let limit = self
-                .executor
-                .options
-                .memory_limit
-                .as_deref()
-                .map(|m| format!(" of {m}"))
-                .unwrap_or_default();
             return Ok(Some(CommandOutcome::OutOfMemory {
                 code,
-                detail: format!(
-                    "OOMKilled: the step ran out of memory (the container's limit{limit})"
-                ),
+                detail: oom::words(self.executor.options.memory_limit.as_deref()),
             }));
         }
         Ok(None)
