@@ -9,4 +9,6 @@ async fn docker() -> common::Docker {
     common::Docker(common::executor(common::options()).await)
 }
 
-conformance_tests!(engine: docker);
+conformance_tests!(engine: docker;
+    cut_streams: "the engine's own socket cuts nothing: tests/outage.rs runs this case through a cutting proxy",
+);

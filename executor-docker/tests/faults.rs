@@ -263,6 +263,77 @@ async fn a_killed_runners_container_is_removed_by_the_next_cleanup_and_no_other(
     bystander.0.stop(&other_handle).await.unwrap();
 }
 
+/// Two runner DIDs that share a label: past the label's 54 characters
+/// only a 32-bit digest tells DIDs apart, so a pair is found by trying
+/// some 10^5 tails (a birthday search).
+fn colliding_runners(prefix: &str) -> (String, String) {
+    let long = format!("{prefix}-{}", "x".repeat(64));
+    let mut seen = std::collections::HashMap::new();
+    for n in 0u64.. {
+        let raw = format!("{long}-{n}");
+        if let Some(earlier) = seen.insert(label_value(&raw), raw.clone()) {
+            return (earlier, raw);
+        }
+    }
+    unreachable!("the tails are endless")
+}
+
+/// Two runners whose labels collide. Cleanup goes by the raw DID, so
+/// neither removes the other's container or volumes.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test]
+async fn cleanup_tells_apart_runners_whose_labels_collide() {
+    let mut fx = Fixture::new("collide");
+    let mut twin = Fixture::new("collide-twin");
+    (fx.runner, twin.runner) = colliding_runners(&fx.runner);
+    assert_ne!(twin.runner, fx.runner);
+    assert_eq!(label_value(&twin.runner), label_value(&fx.runner));
+
+    // Both runs are left by a runner that died, so neither is live here.
+    let crashed = docker_with(common::options()).await;
+    let mut handles = Vec::new();
+    for (f, name) in [(&fx, "collide"), (&twin, "collide-twin")] {
+        let spec = f.spec(&crashed, name).step(Step::new("x", "true"));
+        let handle = crashed
+            .0
+            .start(&spec, &RunLog::discard(), CancellationToken::new())
+            .await
+            .unwrap();
+        handles.push(handle);
+    }
+    drop(crashed);
+    let docker = docker_with(common::options()).await;
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let before = sorted(docker.leftovers(&fx.runner).await);
+    let twins = docker.0.cleanup(&twin.runner, CleanupScope::All).await;
+    let twin_left = docker.leftovers(&twin.runner).await;
+    let fx_containers = docker.0.containers(&fx.runner).await;
+    let fx_after = sorted(docker.leftovers(&fx.runner).await);
+    // Cleared before judging, so a failure leaves nothing on the engine.
+    let fxs = docker.0.cleanup(&fx.runner, CleanupScope::All).await;
+    let both_left = [
+        docker.leftovers(&fx.runner).await,
+        docker.leftovers(&twin.runner).await,
+    ];
+
+    assert_eq!(twins.unwrap().removed, vec![handles[1].id.clone()]);
+    assert!(twin_left.is_empty(), "{twin_left:?}");
+    assert_eq!(
+        fx_containers.unwrap(),
+        vec![handles[0].id.clone()],
+        "the other runner's container was taken"
+    );
+    assert_eq!(fx_after, before, "the other runner's volumes were taken");
+    assert_eq!(fxs.unwrap().removed, vec![handles[0].id.clone()]);
+    assert!(both_left.iter().all(Vec::is_empty), "{both_left:?}");
+}
+
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"

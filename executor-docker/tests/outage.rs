@@ -38,6 +38,17 @@ fn engine_socket() -> PathBuf {
 /// Sizes at which the next exec streams are cut, in turn.
 type Cuts = Arc<Mutex<VecDeque<u64>>>;
 
+/// What the engine's side does while it is down.
+#[derive(Clone, Copy)]
+enum Down {
+    /// Nothing listens: connections are refused.
+    Refusing,
+    /// A gateway in front of it answers every request with this status
+    /// (502, 503, 504), as a load balancer or an SSH tunnel's far end does
+    /// while the engine behind it restarts.
+    Answering(u16),
+}
+
 /// A proxy that takes the engine down for `down` when a container's
 /// removal (`DELETE .../containers/...`) comes through it, if `down` is
 /// set, and cuts exec streams at the sizes in its [`Cuts`].
@@ -51,12 +62,22 @@ struct Proxy {
 
 impl Proxy {
     async fn start(down: Option<Duration>) -> Proxy {
+        Proxy::start_as(down, Down::Refusing).await
+    }
+
+    async fn start_as(down: Option<Duration>, how: Down) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("engine.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let (over_tx, over) = watch::channel(0u64);
         let cuts = Cuts::default();
-        let task = tokio::spawn(serve(listener, socket.clone(), down, over_tx, cuts.clone()));
+        let task = tokio::spawn(serve(
+            listener,
+            socket.clone(),
+            (down, how),
+            over_tx,
+            cuts.clone(),
+        ));
         Proxy {
             cuts,
             socket,
@@ -87,7 +108,7 @@ impl Drop for Proxy {
 async fn serve(
     mut listener: UnixListener,
     socket: PathBuf,
-    down: Option<Duration>,
+    (down, how): (Option<Duration>, Down),
     over: watch::Sender<u64>,
     cuts: Cuts,
 ) {
@@ -96,10 +117,17 @@ async fn serve(
     let (outage_tx, mut outage_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut done = down.is_none();
     let down = down.unwrap_or_default();
+    // Set while a gateway answers for the engine.
+    let (answering_tx, answering) = watch::channel(None::<u16>);
+    let over = Arc::new(over);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
+                if let Some(status) = *answering.borrow() {
+                    tokio::spawn(answer(client, status));
+                    continue;
+                }
                 let cut = cut_tx.subscribe();
                 let outage = (!done).then(|| outage_tx.clone());
                 tokio::spawn(relay(client, cut, outage, cuts.clone()));
@@ -109,6 +137,18 @@ async fn serve(
                     continue;
                 }
                 done = true;
+                if let Down::Answering(status) = how {
+                    answering_tx.send_replace(Some(status));
+                    cut_tx.send_modify(|n| *n += 1);
+                    let (answering_tx, over) = (answering_tx.clone(), over.clone());
+                    tokio::spawn(async move {
+                        // The outage's length is the fault itself, not a wait for anything.
+                        tokio::time::sleep(down).await;
+                        answering_tx.send_replace(None);
+                        over.send_modify(|n| *n += 1);
+                    });
+                    continue;
+                }
                 // Nothing listens: the socket file stays, so a connect is refused.
                 drop(listener);
                 cut_tx.send_modify(|n| *n += 1);
@@ -204,6 +244,28 @@ async fn relay(
     }
 }
 
+/// Answers each request on `client` with `status`, as a gateway whose
+/// engine is down: a JSON body as the engine's own errors have, and the
+/// connection closed after it.
+async fn answer(mut client: UnixStream, status: u16) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !contains(&head, b"\r\n\r\n") {
+        match client.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let body = format!("{{\"message\":\"the engine behind this gateway is down ({status})\"}}");
+    let reply = format!(
+        "HTTP/1.1 {status} Gateway Says No\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(reply.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -251,6 +313,28 @@ async fn an_engine_outage_as_the_container_is_removed_is_ridden_out() {
     assert_eq!(result.status, RunStatus::Success, "{text}");
     proxy.outage_over().await;
     assert_nothing_left(&probe, &fx.runner).await;
+}
+
+/// A gateway in front of the engine that answers 502, 503 or 504 while
+/// the engine behind it is down is an outage too: each is ridden out.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_answering_5xx_as_the_container_is_removed_is_ridden_out() {
+    let probe = direct().await;
+    for status in [502, 503, 504] {
+        let mut proxy =
+            Proxy::start_as(Some(Duration::from_secs(2)), Down::Answering(status)).await;
+        let executor = executor_through(&proxy, common::options()).await;
+        let fx = Fixture::new("engine-gateway");
+        let spec = spec_of(&fx, &probe, "engine-gateway");
+        let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
+        proxy.outage_over().await;
+        assert_eq!(result.status, RunStatus::Success, "HTTP {status}: {text}");
+        assert_nothing_left(&probe, &fx.runner).await;
+    }
 }
 
 #[cfg_attr(

@@ -33,4 +33,8 @@ async fn shell() -> Shell {
     }
 }
 
-conformance_tests!(shell);
+conformance_tests!(shell;
+    cut_streams: "a shell step's output reaches the runner through no connection to cut",
+    another_runner: "a shell run ends with the runner process that started it, so none is resumed",
+    lose_environment: "nothing outside the runner removes a shell run's folder mid-run",
+);

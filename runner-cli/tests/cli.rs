@@ -609,6 +609,45 @@ fn cleanup_sweeps_the_journal_beside_the_cache_folder() {
         .is_empty());
 }
 
+/// `run` sweeps the journal before it starts, as `cleanup` does: what an
+/// earlier run of the same runner could not remove is removed and
+/// forgotten, and another runner's entry is left for that runner.
+#[test]
+fn run_sweeps_the_journal_of_its_own_runner_first() {
+    let case = Case::new();
+    let journal = executor_core::journal::Journal::new(case.path("journal"));
+    for (runner, id) in [
+        ("did:plc:cli-test", "/gone/mine"),
+        ("did:plc:someone-else", "/gone/theirs"),
+    ] {
+        journal
+            .record(&executor_core::journal::Leftover::new(
+                "shell",
+                runner,
+                id,
+                "stop: did not finish",
+            ))
+            .unwrap();
+    }
+    let caches = case.path("caches").display().to_string();
+    let out = case
+        .run("hello\techo hi\n", &["--cache-dir", &caches])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(journal
+        .entries("shell", "did:plc:cli-test")
+        .unwrap()
+        .is_empty());
+    let theirs: Vec<String> = journal
+        .entries("shell", "did:plc:someone-else")
+        .unwrap()
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(theirs, ["/gone/theirs"]);
+}
+
 #[test]
 fn caches_are_cold_then_warm_across_runs() {
     let case = Case::new();

@@ -321,12 +321,21 @@ async fn a_stop_that_fails_puts_the_environment_in_the_journal_and_a_sweep_remov
     let swept = journal.sweep(&mock, "did:plc:driver").await.unwrap();
     assert!(swept.is_empty());
     assert_eq!(journal.entries("fake", "did:plc:driver").unwrap().len(), 1);
+
+    // Another runner's sweep, while the entry is there, stops nothing
+    // (its mock has no stop to give) and leaves the entry.
+    let mut other = MockExecutor::new();
+    other.expect_kind().return_const("fake".to_string());
+    other.expect_stop().times(0);
+    let swept = journal.sweep(&other, "did:plc:other").await.unwrap();
+    assert!(swept.is_empty(), "{swept:?}");
+    assert_eq!(journal.entries("fake", "did:plc:driver").unwrap().len(), 1);
+    drop(other);
+
     let swept = journal.sweep(&mock, "did:plc:driver").await.unwrap();
     assert_eq!(swept, ["fake-1"]);
     assert!(journal
         .entries("fake", "did:plc:driver")
         .unwrap()
         .is_empty());
-    // Another runner's sweep never touches it: nothing to stop.
-    assert!(journal.entries("fake", "did:plc:other").unwrap().is_empty());
 }

@@ -81,6 +81,7 @@ impl Executor for Fake {
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError> {
         if self.hang_in_outputs && path == run.outputs_dir {
+            self.entered.notify_one();
             std::future::pending::<()>().await;
         }
         self.mock.copy_out(run, path, dest, limits).await

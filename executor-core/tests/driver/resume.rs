@@ -90,3 +90,85 @@ async fn a_run_resumed_after_a_retry_keeps_every_attempt() {
     assert_eq!(first.steps[0].status, StepStatus::Error);
     assert_eq!(result.attempts[1].steps, result.steps);
 }
+
+/// A run whose step failed, and whose runner is killed while the outputs
+/// come back, is carried on to `failed` with that step's own failure:
+/// the later step stays skipped and the outputs and stop still happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_after_a_failed_step_resumes_to_failed() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.log");
+    let spec = spec(out.path(), &["broken", "after"]);
+
+    // The first runner process: the first step exits 3, the second is
+    // skipped, and the process is killed while the outputs come back.
+    let mut mock = MockExecutor::new();
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(3)));
+    let fake = Fake {
+        hang_in_outputs: true,
+        ..Fake::new(mock)
+    };
+    let entered = fake.entered.clone();
+    let log = RunLog::create_resumable(&path).unwrap();
+    let killed = tokio::spawn({
+        let (spec, log) = (spec.clone(), log.clone());
+        async move {
+            run_with(
+                &fake,
+                &spec,
+                &log,
+                CancellationToken::new(),
+                &DriverOptions::default(),
+            )
+            .await;
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the outputs were never collected");
+    assert!(log.flush(Duration::from_secs(10)).await);
+    killed.abort();
+    assert!(killed.await.unwrap_err().is_cancelled());
+    drop(log);
+
+    let (log, mark) = RunLog::resume(&path).unwrap();
+    assert_eq!(mark.finished.len(), 1, "{mark:?}");
+    assert_eq!(mark.finished[0].status, StepStatus::Failed);
+    // The carrying-on runner runs no step: it brings the outputs back
+    // and stops the environment.
+    let mut mock = MockExecutor::new();
+    mock.expect_command().times(0);
+    mock.expect_copy_out()
+        .withf(|_, path, _, _| path == OUTPUTS)
+        .times(1)
+        .returning(|_, _, _, _| Ok(UnpackSummary::default()));
+    mock.expect_stop().times(1).returning(|_| Ok(()));
+    let live = Reattached {
+        handle: handle(),
+        plan: RunPlan::of(&spec),
+    };
+    let result = resume_with(
+        &Fake::new(mock),
+        &live,
+        &spec,
+        &mark,
+        &log,
+        CancellationToken::new(),
+        &DriverOptions::default(),
+    )
+    .await;
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Failed, "{}", result.to_json());
+    assert_eq!(result.exit_code(), 1);
+    assert_eq!(statuses(&result), [StepStatus::Failed, StepStatus::Skipped]);
+    assert_eq!(result.steps[0].exit_code, Some(3));
+    let failure = result.failure.as_ref().expect("the failed step's failure");
+    assert_eq!(failure.kind, FailureKind::Step);
+    assert!(failure.message.contains("broken"), "{}", failure.message);
+}

@@ -79,8 +79,9 @@ pub trait Backend: Send + Sync {
 
     /// Removes `runner`'s live environment from outside, as an operator or
     /// the cluster would (the container removed, the pod deleted); `false`
-    /// when the backend has nothing that can be lost that way, which skips
-    /// the cases that need it.
+    /// when the backend has nothing that can be lost that way, which fails
+    /// the cases that need it unless [`conformance_tests!`] lists them as
+    /// ignored (`lose_environment`).
     async fn lose_environment(&self, _runner: &str) -> bool {
         false
     }
@@ -89,16 +90,18 @@ pub trait Backend: Send + Sync {
     /// network or a front that drops them would: the next exec whose
     /// output reaches `bytes[0]` bytes is cut there (no status comes), then
     /// the next to reach `bytes[1]`, and so on. `false` when the backend
-    /// has no such connection (the shell), which skips the cases that
-    /// need it.
+    /// has no such connection (the shell), which fails the cases that
+    /// need it unless [`conformance_tests!`] lists them as ignored
+    /// (`cut_streams`).
     async fn cut_streams_after(&self, _bytes: &[u64]) -> bool {
         false
     }
 
     /// A second executor of the same backend with nothing of the first
     /// one's state, as a new runner process would make; `None` where runs
-    /// do not outlive their runner (the shell), which skips the cases
-    /// that need it.
+    /// do not outlive their runner (the shell), which fails the cases
+    /// that need it unless [`conformance_tests!`] lists them as ignored
+    /// (`another_runner`).
     async fn another_runner(&self) -> Option<Box<dyn Executor>> {
         None
     }
@@ -112,19 +115,48 @@ pub trait Backend: Send + Sync {
 /// with the `knotless_engine` cfg (its build script sets it when
 /// `KNOTLESS_TEST_ENGINE` is set, as `scripts/test.sh` does) and are
 /// listed as ignored, saying how to run them, elsewhere.
+///
+/// A backend without one of the abilities some cases need says so after
+/// a `;`, with the reason, in this order: `cut_streams`
+/// ([`Backend::cut_streams_after`]), `another_runner`
+/// ([`Backend::another_runner`]), `lose_environment`
+/// ([`Backend::lose_environment`]). Those cases are listed as ignored
+/// with that reason, never reported as passed; a case run on a backend
+/// without its ability fails, naming the key to set here.
+///
+/// ```no_run
+/// # use executor_conformance::{conformance_tests, Backend};
+/// # struct Shell(executor_shell::ShellExecutor);
+/// # #[async_trait::async_trait]
+/// # impl Backend for Shell {
+/// #     fn executor(&self) -> &dyn executor_core::Executor { &self.0 }
+/// #     async fn leftovers(&self, _: &str) -> Vec<String> { Vec::new() }
+/// # }
+/// # async fn shell() -> Shell { Shell(executor_shell::ShellExecutor::new("/tmp/r")) }
+/// conformance_tests!(shell;
+///     cut_streams: "a step's output reaches the runner through no connection",
+///     another_runner: "runs end with the runner process that started them",
+///     lose_environment: "nothing outside the runner removes a run's folder",
+/// );
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
-    (engine: $make:path) => {
-        $crate::conformance_tests!(@all $make; #[cfg_attr(
+    (engine: $make:path $(; $($without:tt)*)?) => {
+        $crate::conformance_tests!(@all $make; [#[cfg_attr(
             not(knotless_engine),
             ignore = "needs a container engine: run scripts/test.sh"
-        )]);
+        )]]; $($($without)*)?);
     };
-    ($make:path) => {
-        $crate::conformance_tests!(@all $make;);
+    ($make:path $(; $($without:tt)*)?) => {
+        $crate::conformance_tests!(@all $make; []; $($($without)*)?);
     };
-    (@all $make:path; $(#[$attr:meta])*) => {
-        $crate::conformance_tests!(@cases $make; [$(#[$attr])*];
+    (@all $make:path; $attrs:tt;
+        $(cut_streams: $cut:literal,)?
+        $(another_runner: $another:literal,)?
+        $(lose_environment: $lose:literal $(,)?)?
+    ) => {
+        $crate::conformance_tests!(@cases $make; $attrs;
             checkout_arrives_intact, steps_dir_arrives, outputs_come_back,
             outputs_come_back_after_failure, state_persists_across_steps,
             exit_codes_propagate, scripts_stop_at_first_error, a_one_mib_script_runs, failing_step_skips_rest,
@@ -136,9 +168,19 @@ macro_rules! conformance_tests {
             crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
-            retry_never_follows_a_step_failure, retry_recovers_from_a_lost_environment,
-            a_step_cut_twice_keeps_every_byte_and_its_code,
+            retry_never_follows_a_step_failure);
+        $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
+            a_step_cut_twice_keeps_every_byte_and_its_code);
+        $crate::conformance_tests!(@needing $make; $attrs; [$($another)?];
             a_killed_runner_is_resumed_with_the_right_result);
+        $crate::conformance_tests!(@needing $make; $attrs; [$($lose)?];
+            retry_recovers_from_a_lost_environment);
+    };
+    (@needing $make:path; $attrs:tt; []; $($case:ident),*) => {
+        $crate::conformance_tests!(@cases $make; $attrs; $($case),*);
+    };
+    (@needing $make:path; $attrs:tt; [$why:literal]; $($case:ident),*) => {
+        $crate::conformance_tests!(@cases $make; [#[ignore = $why]]; $($case),*);
     };
     (@cases $make:path; $attrs:tt; $($case:ident),* $(,)?) => {
         $( $crate::conformance_tests!(@case $make; $attrs; $case); )*

@@ -13,8 +13,8 @@ use crate::Backend;
 /// A step whose output stream is cut twice (mid-line, once in the first
 /// exec and once in the one that follows it) still ends with its own exit
 /// code, and the log has every byte of its stdout and stderr once, in
-/// order. Skipped where the
-/// backend has no stream to cut ([`Backend::cut_streams_after`]).
+/// order. A backend with no stream to cut ([`Backend::cut_streams_after`])
+/// lists it as ignored (`cut_streams` in [`conformance_tests!`](crate::conformance_tests)).
 pub async fn a_step_cut_twice_keeps_every_byte_and_its_code(backend: &dyn Backend) {
     let fx = Fixture::new("cut-twice");
     // 4000 numbered lines (about 40 KB), a few on stderr, then a failure
@@ -25,9 +25,10 @@ pub async fn a_step_cut_twice_keeps_every_byte_and_its_code(backend: &dyn Backen
              [ $((i % 1000)) = 0 ] && echo \"err $i\" >&2; i=$((i+1)); done; \
              exit 7",
     ));
-    if !backend.cut_streams_after(&[10_001, 9_999]).await {
-        return;
-    }
+    assert!(
+        backend.cut_streams_after(&[10_001, 9_999]).await,
+        "this backend cannot cut a step's streams: give conformance_tests! `cut_streams: \"why\"`"
+    );
     let text = MemoryLog::default();
     let log = RunLog::new(text.clone());
     let outputs = Arc::new(Mutex::new((Vec::new(), Vec::new())));

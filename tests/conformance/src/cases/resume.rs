@@ -18,11 +18,15 @@ use crate::Backend;
 /// followed on with every line once and in order, the steps after it run,
 /// the outputs come back, the result is the one the run would have had,
 /// and nothing is left. A second resume of the finished run is refused.
-/// Skipped where runs do not outlive their runner
-/// ([`Backend::another_runner`]).
+/// A backend whose runs do not outlive their runner
+/// ([`Backend::another_runner`]) lists it as ignored (`another_runner` in
+/// [`conformance_tests!`](crate::conformance_tests)).
 pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Backend) {
     let Some(second) = backend.another_runner().await else {
-        return;
+        panic!(
+            "this backend's runs do not outlive their runner: give conformance_tests! \
+             `another_runner: \"why\"`"
+        );
     };
     let fx = Fixture::new("resumed");
     let spec = fx

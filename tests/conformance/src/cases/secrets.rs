@@ -12,9 +12,10 @@ const VALUE: &str = "tok-3f9a/Z+q~x7";
 
 /// A step prints the run's secret in every way masking promises to catch:
 /// as it is, glued to itself and to other text, split by a pause into two
-/// writes, a byte at a time, inside a larger base64 blob (encoded by the
-/// environment's own `base64`), in hex and URL-encoded. A step named after
-/// the value puts it in runner lines and the result. The log shows
+/// writes, a byte at a time, inside a larger base64 blob in both
+/// alphabets (encoded by the environment's own `base64`), in hex and
+/// URL-encoded. A step named after the value puts it in runner lines and
+/// the result. The log shows
 /// `[MASKED]` where each went and none of the forms; the value is on no
 /// process's command line in the environment; a step's own variables
 /// reach that step only.
@@ -33,6 +34,7 @@ printf 'bytes:'
 for c in $(printf %s "$DEPLOY_TOKEN" | sed 's/./& /g'); do printf %s "$c"; done
 echo
 printf 'user:%s@host' "$DEPLOY_TOKEN" | base64
+printf 'user:%s@host' "$DEPLOY_TOKEN" | base64 | tr '+/' '-_'
 echo "hex:{hex}"
 echo "url:{url}"
 echo "half:{head}"
@@ -70,11 +72,15 @@ echo "second step sees a token of ${#DEPLOY_TOKEN} characters""#,
     );
 
     let blob = base64::engine::general_purpose::STANDARD.encode(format!("user:{VALUE}@host"));
+    let url_safe_blob =
+        base64::engine::general_purpose::URL_SAFE.encode(format!("user:{VALUE}@host"));
+    assert_ne!(blob, url_safe_blob, "VALUE must encode apart in the two");
     for (what, form) in [
         ("the value", VALUE.to_string()),
         ("hex", hex.clone()),
         ("URL-encoding", url.to_string()),
         ("the base64 blob", blob),
+        ("the URL-safe base64 blob", url_safe_blob),
     ] {
         assert!(
             !text.contains(&form),
