@@ -44,8 +44,23 @@ pub async fn telling<F: Future>(log: RunLog, work: F) -> F::Output {
     NOTICES.scope(log, work).await
 }
 
-/// Says `text` in the run log of [`telling`], if there is one.
-fn notice(text: &str) {
+/// Says `text` in the run log of [`telling`], if there is one: for a
+/// backend to say why a call it rides out waits, where [`ride_out`]'s own
+/// words (no answer) would not tell it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use executor_core::{outage, RunLog};
+/// let (log, text) = RunLog::memory();
+/// outage::telling(log.clone(), async { outage::notice("the server refuses; waiting") }).await;
+/// outage::notice("said nowhere: no run is being told");
+/// log.flush(Duration::from_secs(5)).await;
+/// assert_eq!(text.text(), "==> the server refuses; waiting\n");
+/// # }
+/// ```
+pub fn notice(text: &str) {
     let _ = NOTICES.try_with(|log| log.line(text));
 }
 

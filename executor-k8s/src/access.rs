@@ -46,15 +46,34 @@ const fn p(
     }
 }
 
+// Each permission a call needs; a call's 403 is judged against these.
+pub(crate) const LIST_JOBS: Permission = p("list", "batch", "jobs", "");
+pub(crate) const CREATE_JOBS: Permission = p("create", "batch", "jobs", "");
+pub(crate) const DELETE_JOBS: Permission = p("delete", "batch", "jobs", "");
+pub(crate) const LIST_SECRETS: Permission = p("list", "", "secrets", "");
+pub(crate) const CREATE_SECRETS: Permission = p("create", "", "secrets", "");
+pub(crate) const PATCH_SECRETS: Permission = p("patch", "", "secrets", "");
+pub(crate) const DELETE_SECRETS: Permission = p("delete", "", "secrets", "");
+pub(crate) const GET_PODS: Permission = p("get", "", "pods", "");
+pub(crate) const LIST_PODS: Permission = p("list", "", "pods", "");
+pub(crate) const WATCH_PODS: Permission = p("watch", "", "pods", "");
+pub(crate) const LIST_EVENTS: Permission = p("list", "", "events", "");
+/// Servers before 1.31 authorize a WebSocket exec as `get`, later ones
+/// as `create`: either serves.
+pub(crate) const EXEC: [Permission; 2] = [
+    p("create", "", "pods", "exec"),
+    p("get", "", "pods", "exec"),
+];
+
 /// What removing a crashed run's objects uses: listing and deleting this
 /// runner's Jobs and Secrets, and waiting for the pods to go.
 pub const CLEANUP: &[Permission] = &[
-    p("list", "batch", "jobs", ""),
-    p("delete", "batch", "jobs", ""),
-    p("list", "", "secrets", ""),
-    p("delete", "", "secrets", ""),
-    p("list", "", "pods", ""),
-    p("watch", "", "pods", ""),
+    LIST_JOBS,
+    DELETE_JOBS,
+    LIST_SECRETS,
+    DELETE_SECRETS,
+    LIST_PODS,
+    WATCH_PODS,
 ];
 
 /// What a run uses, its pre-run cleanup included: the Secret (created,
@@ -62,19 +81,19 @@ pub const CLEANUP: &[Permission] = &[
 /// pod's events, and exec into it (`create` and `get`: servers before 1.31
 /// authorize a WebSocket exec as `get`, later ones as `create`).
 pub const RUN: &[Permission] = &[
-    p("create", "", "secrets", ""),
-    p("patch", "", "secrets", ""),
-    p("delete", "", "secrets", ""),
-    p("list", "", "secrets", ""),
-    p("create", "batch", "jobs", ""),
-    p("delete", "batch", "jobs", ""),
-    p("list", "batch", "jobs", ""),
-    p("get", "", "pods", ""),
-    p("list", "", "pods", ""),
-    p("watch", "", "pods", ""),
-    p("list", "", "events", ""),
-    p("create", "", "pods", "exec"),
-    p("get", "", "pods", "exec"),
+    CREATE_SECRETS,
+    PATCH_SECRETS,
+    DELETE_SECRETS,
+    LIST_SECRETS,
+    CREATE_JOBS,
+    DELETE_JOBS,
+    LIST_JOBS,
+    GET_PODS,
+    LIST_PODS,
+    WATCH_PODS,
+    LIST_EVENTS,
+    EXEC[0],
+    EXEC[1],
 ];
 
 /// Asks the server about every permission in `needed` and fails, naming

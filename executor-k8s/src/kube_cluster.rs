@@ -1,12 +1,10 @@
 //! The real cluster: the Kubernetes API through kube-rs, with retries for
 //! the calls that are safe to repeat.
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use executor_core::outage::ride_out;
 use executor_core::ExecutorError;
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -18,8 +16,11 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::cluster::{Cluster, ExecSession, PodEvents};
+use crate::access;
+use crate::answers::{describe, is_conflict, is_not_found, retryable, Judge};
+use crate::cluster::{Cluster, Ended, ExecIo, ExecSession, PodEvents};
 use crate::exec::WsExec;
+use crate::settling::Settling;
 
 /// Where the client comes from, as kubectl finds it.
 #[derive(Debug, Clone, Default)]
@@ -45,70 +46,9 @@ pub struct KubeCluster {
     server: String,
     keepalive: std::time::Duration,
     reconnect_timeout: std::time::Duration,
-}
-
-fn retryable(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
-        // A dropped or refused connection may pass next time; a TLS
-        // handshake the server refused for a certificate will not.
-        kube::Error::HyperError(_) | kube::Error::Service(_) => {
-            let said = describe(err).to_ascii_lowercase();
-            !(said.contains("fatal alert") || said.contains("certificate"))
-        }
-        _ => false,
-    }
-}
-
-/// The error a failed call becomes: `unreachable` when a later call may
-/// succeed (no answer, 429, 5xx), else the server's answer as it stands.
-fn failed(what: &str, err: kube::Error) -> ExecutorError {
-    let described = if retryable(&err) {
-        ExecutorError::unreachable(what, describe(&err))
-    } else {
-        ExecutorError::backend(what, describe(&err))
-    };
-    described.with_source(err)
-}
-
-fn describe(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(s) => format!("{} (HTTP {}, {})", s.message, s.code, s.reason),
-        other => {
-            let mut msg = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            msg
-        }
-    }
-}
-
-fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 404)
-}
-
-/// Repeats `call` while the server does not answer (429, 5xx, refused or
-/// dropped connections) for up to `within`: see [`ride_out`]; the error
-/// is the call's, classified by [`failed`].
-async fn retry<T, F, Fut>(what: &str, within: Duration, mut call: F) -> Result<T, ExecutorError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, kube::Error>>,
-{
-    ride_out(what, within, || {
-        let answer = call();
-        async move { answer.await.map_err(|e| failed(what, e)) }
-    })
-    .await
-}
-
-/// Whether the server said the object already exists: a create whose
-/// first try was done though its answer was lost.
-fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 409)
+    /// What the server proved and when it last went unanswered: a
+    /// restarted server's passing 403 is ridden out.
+    settling: Arc<Settling>,
 }
 
 /// Where the kubeconfig's current user keeps its client certificate, for
@@ -236,6 +176,7 @@ impl KubeCluster {
             tls_unverified,
             keepalive: crate::K8sOptions::default().keepalive,
             reconnect_timeout: crate::K8sOptions::default().reconnect_timeout,
+            settling: Arc::default(),
         })
     }
 
@@ -257,6 +198,13 @@ impl KubeCluster {
     /// The API server's URL.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    fn judge(&self) -> Judge<'_> {
+        Judge {
+            within: self.reconnect_timeout,
+            settling: &self.settling,
+        }
     }
 
     fn api<K>(&self) -> Api<K>
@@ -302,13 +250,17 @@ impl Cluster for KubeCluster {
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
         let post = PostParams::default();
-        let answer = retry(
-            "checking the run's permissions",
-            self.reconnect_timeout,
-            || api.create(&post, &review),
-        )
-        .await?;
-        Ok(answer.status.is_some_and(|s| s.allowed))
+        let answer = self
+            .judge()
+            .retry("checking the run's permissions", &[], || {
+                api.create(&post, &review)
+            })
+            .await?;
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        if allowed {
+            self.settling.proven(*permission);
+        }
+        Ok(allowed)
     }
 
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError> {
@@ -316,49 +268,55 @@ impl Cluster for KubeCluster {
         let post = PostParams::default();
         // The name is the run's own: a conflict is this create's earlier
         // try, done though its answer was lost.
-        retry(
-            "creating the run's Secret",
-            self.reconnect_timeout,
-            || async {
-                match api.create(&post, secret).await {
-                    Err(e) if is_conflict(&e) => Ok(()),
-                    other => other.map(|_| ()),
-                }
-            },
-        )
-        .await
+        self.judge()
+            .retry(
+                "creating the run's Secret",
+                &[access::CREATE_SECRETS],
+                || async {
+                    match api.create(&post, secret).await {
+                        Err(e) if is_conflict(&e) => Ok(()),
+                        other => other.map(|_| ()),
+                    }
+                },
+            )
+            .await
     }
 
     async fn create_job(&self, job: &Job) -> Result<Job, ExecutorError> {
         let api = self.api::<Job>();
         let post = PostParams::default();
         let name = job.metadata.name.clone().unwrap_or_default();
-        retry("creating the run's Job", self.reconnect_timeout, || async {
-            match api.create(&post, job).await {
-                Err(e) if is_conflict(&e) => api.get(&name).await,
-                other => other,
-            }
-        })
-        .await
+        self.judge()
+            .retry("creating the run's Job", &[access::CREATE_JOBS], || async {
+                match api.create(&post, job).await {
+                    Err(e) if is_conflict(&e) => api.get(&name).await,
+                    other => other,
+                }
+            })
+            .await
     }
 
     async fn own_secret(&self, name: &str, owner: &OwnerReference) -> Result<(), ExecutorError> {
         let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
         let api = self.api::<Secret>();
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
-        retry(
-            "giving the Secret to its Job",
-            self.reconnect_timeout,
-            || api.patch(name, &pp, &patch),
-        )
-        .await?;
+        self.judge()
+            .retry(
+                "giving the Secret to its Job",
+                &[access::PATCH_SECRETS],
+                || api.patch(name, &pp, &patch),
+            )
+            .await?;
         Ok(())
     }
 
     async fn list_pods(&self, selector: &str) -> Result<(Vec<Pod>, String), ExecutorError> {
         let api = self.api::<Pod>();
         let lp = ListParams::default().labels(selector);
-        let list = retry("listing pods", self.reconnect_timeout, || api.list(&lp)).await?;
+        let list = self
+            .judge()
+            .retry("listing pods", &[access::LIST_PODS], || api.list(&lp))
+            .await?;
         Ok((
             list.items,
             list.metadata.resource_version.unwrap_or_default(),
@@ -372,31 +330,41 @@ impl Cluster for KubeCluster {
     ) -> Result<PodEvents, ExecutorError> {
         let api = self.api::<Pod>();
         let wp = WatchParams::default().labels(selector).timeout(290);
-        let stream = retry("watching pods", self.reconnect_timeout, || {
-            api.watch(&wp, resource_version)
-        })
-        .await?;
-        Ok(stream.map_err(|e| failed("watching pods", e)).boxed())
+        let stream = self
+            .judge()
+            .retry("watching pods", &[access::WATCH_PODS], || {
+                api.watch(&wp, resource_version)
+            })
+            .await?;
+        let (within, settling) = (self.reconnect_timeout, self.settling.clone());
+        Ok(stream
+            .map_err(move |e| {
+                let judge = Judge {
+                    within,
+                    settling: &settling,
+                };
+                judge.failed("watching pods", &[access::WATCH_PODS], e)
+            })
+            .boxed())
     }
 
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError> {
         let api = self.api::<Pod>();
-        retry("reading the pod", self.reconnect_timeout, || {
-            api.get_opt(name)
-        })
-        .await
+        self.judge()
+            .retry("reading the pod", &[access::GET_PODS], || api.get_opt(name))
+            .await
     }
 
     async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError> {
         let api = self.api::<Event>();
         let lp = ListParams::default().fields(&format!("involvedObject.name={pod}"));
-        Ok(
-            retry("listing the pod's events", self.reconnect_timeout, || {
+        Ok(self
+            .judge()
+            .retry("listing the pod's events", &[access::LIST_EVENTS], || {
                 api.list(&lp)
             })
             .await?
-            .items,
-        )
+            .items)
     }
 
     async fn exec(
@@ -415,16 +383,21 @@ impl Cluster for KubeCluster {
             kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", self.namespace))
                 .exec(pod, argv.iter().cloned(), &ap)
                 .map_err(|e| ExecutorError::backend("building an exec request", e))?;
-        let connection = retry("starting an exec", self.reconnect_timeout, || {
-            self.client.connect(request.clone())
-        })
-        .await?;
+        let connection = self
+            .judge()
+            .retry("starting an exec", &access::EXEC, || {
+                self.client.connect(request.clone())
+            })
+            .await?;
         let v5 = connection.supports_stream_close();
-        Ok(Box::new(WsExec::new(
-            Box::pin(connection.into_stream()),
-            v5,
-            self.keepalive,
-        )))
+        Ok(Box::new(Watched {
+            exec: Box::new(WsExec::new(
+                Box::pin(connection.into_stream()),
+                v5,
+                self.keepalive,
+            )),
+            settling: self.settling.clone(),
+        }))
     }
 
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
@@ -434,45 +407,74 @@ impl Cluster for KubeCluster {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(_) => {
-                retry("deleting the Job", self.reconnect_timeout, || async {
-                    match api.delete(name, &dp).await {
-                        Err(e) if is_not_found(&e) => Ok(()),
-                        other => other.map(|_| ()),
-                    }
-                })
-                .await
+                self.judge()
+                    .retry("deleting the Job", &[access::DELETE_JOBS], || async {
+                        match api.delete(name, &dp).await {
+                            Err(e) if is_not_found(&e) => Ok(()),
+                            other => other.map(|_| ()),
+                        }
+                    })
+                    .await
             }
         }
     }
 
     async fn delete_secret(&self, name: &str) -> Result<(), ExecutorError> {
         let api = self.api::<Secret>();
-        retry("deleting the Secret", self.reconnect_timeout, || async {
-            match api.delete(name, &DeleteParams::default()).await {
-                Err(e) if is_not_found(&e) => Ok(()),
-                other => other.map(|_| ()),
-            }
-        })
-        .await
+        self.judge()
+            .retry("deleting the Secret", &[access::DELETE_SECRETS], || async {
+                match api.delete(name, &DeleteParams::default()).await {
+                    Err(e) if is_not_found(&e) => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            })
+            .await
     }
 
     async fn list_jobs(&self, selector: &str) -> Result<Vec<Job>, ExecutorError> {
         let api = self.api::<Job>();
         let lp = ListParams::default().labels(selector);
-        Ok(
-            retry("listing Jobs", self.reconnect_timeout, || api.list(&lp))
-                .await?
-                .items,
-        )
+        Ok(self
+            .judge()
+            .retry("listing Jobs", &[access::LIST_JOBS], || api.list(&lp))
+            .await?
+            .items)
     }
 
     async fn list_secrets(&self, selector: &str) -> Result<Vec<Secret>, ExecutorError> {
         let api = self.api::<Secret>();
         let lp = ListParams::default().labels(selector);
-        Ok(
-            retry("listing Secrets", self.reconnect_timeout, || api.list(&lp))
-                .await?
-                .items,
-        )
+        Ok(self
+            .judge()
+            .retry("listing Secrets", &[access::LIST_SECRETS], || api.list(&lp))
+            .await?
+            .items)
+    }
+}
+
+/// An exec whose broken connection counts as the server going unanswered
+/// ([`Settling::unanswered`]): a restart that cuts a step's stream opens
+/// the window for the 403s of the server coming back.
+struct Watched {
+    exec: Box<dyn ExecSession>,
+    settling: Arc<Settling>,
+}
+
+#[async_trait]
+impl ExecSession for Watched {
+    fn closes_stdin(&self) -> bool {
+        self.exec.closes_stdin()
+    }
+
+    async fn finish(
+        self: Box<Self>,
+        io: ExecIo<'_>,
+        interrupt: &tokio_util::sync::CancellationToken,
+    ) -> Result<Ended, ExecutorError> {
+        let ended = self.exec.finish(io, interrupt).await;
+        if matches!(ended, Ok(Ended::Closed(_))) {
+            self.settling.unanswered();
+        }
+        ended
     }
 }

@@ -23,6 +23,7 @@
 #![warn(clippy::missing_errors_doc)]
 
 pub mod access;
+mod answers;
 pub mod cluster;
 mod dry_run;
 mod exec;
@@ -31,6 +32,7 @@ mod framed;
 mod job;
 mod kube_cluster;
 mod pod_status;
+mod settling;
 mod wait;
 mod yaml;
 

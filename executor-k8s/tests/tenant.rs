@@ -2,11 +2,14 @@
 //! in a namespace other than `default`: it runs and cleans up, and each
 //! permission the Role grants is one the preflight needs.
 
-use executor_conformance::fixture::{run_to_end, Fixture};
-use executor_core::{CleanupScope, Executor, RunStatus, Step};
+use std::time::Duration;
+
+use executor_conformance::fixture::{run_to_end, run_watched, Fixture, WatchedLog};
+use executor_core::{CleanupScope, Executor, RunStatus, Step, StepStatus};
 use executor_k8s::{K8sExecutor, KubeconfigSource};
 use kube_testcluster::rbac::{Role, Rule};
 use kube_testcluster::{ClusterOptions, TestCluster};
+use tokio_util::sync::CancellationToken;
 
 mod common;
 
@@ -139,5 +142,139 @@ async fn every_permission_of_the_documented_role_is_needed_and_checked_first() {
             );
         }
     }
+    cluster.shutdown().await;
+}
+
+/// The cluster, the tenant bound to the documented Role, and its executor.
+async fn tenant_cluster() -> (TestCluster, Tenant) {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    cluster.grant_tenant(Role {
+        namespace: NAMESPACE.into(),
+        rules: documented_rules(),
+    });
+    let backend = Tenant(tenant_executor(&cluster).await);
+    (cluster, backend)
+}
+
+/// A step that prints 20 ticks and `before`, waits for `/tmp/go`, then
+/// prints `after`, leaves an output and exits 6.
+const WAITING_STEP: &str = "i=0; while [ $i -lt 20 ]; do echo \"tick $i\"; i=$((i+1)); done; \
+     echo before; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo after; \
+     echo made > \"$OUTPUTS_DIR/made.txt\"; exit 6";
+
+/// The API server restarts mid-step and, back, refuses the tenant for a
+/// while before its roles load, as a real v1.24 server did: the runner
+/// rides the refusals out as it rides the outage out. The step keeps its
+/// own code and every line once, the outputs come back, and nothing is
+/// left.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_rides_out_a_restarted_servers_refusals_before_its_roles_load() {
+    let (cluster, backend) = tenant_cluster().await;
+    cluster
+        .faults()
+        .rbac_lag_after_outage(Some(Duration::from_secs(2)));
+    let fx = Fixture::new("tenant-restart");
+    let spec = fx
+        .spec(&backend, "tenant-restart")
+        .step(Step::new("work", WAITING_STEP));
+    let log = WatchedLog::default();
+    let restart = async {
+        log.wait_for("before").await;
+        let mut over = cluster.faults().outages_over();
+        cluster.outage_now(Duration::from_secs(2));
+        over.wait_for(|n| *n >= 1).await.unwrap();
+        // Back, and refusing the tenant: the step ends meanwhile.
+        let (ns, pod) = cluster.all_pods().pop().expect("the run's pod");
+        cluster.exec_in_pod(&ns, &pod, &["touch", "/tmp/go"]).await;
+    };
+    let (result, ()) = tokio::join!(
+        run_watched(&backend, &spec, &log, CancellationToken::new()),
+        restart
+    );
+    let text = log.text();
+    assert_eq!(result.steps[0].exit_code, Some(6), "{text}");
+    assert_eq!(result.steps[0].status, StepStatus::Failed, "{text}");
+    for line in (0..20)
+        .map(|i| format!("tick {i}\n"))
+        .chain(["before\n".into(), "after\n".into()])
+    {
+        assert_eq!(text.matches(&line).count(), 1, "{line:?} in {text}");
+    }
+    assert!(fx.outputs().join("made.txt").exists(), "{text}");
+    assert!(
+        cluster.faults().rbac_lag_refusals() > 0,
+        "the runner never met the refusals: {text}"
+    );
+    assert!(
+        text.contains("refuses what it granted at the run's preflight"),
+        "{text}"
+    );
+    assert!(
+        cluster.jobs(NAMESPACE).is_empty()
+            && cluster.pods(NAMESPACE).is_empty()
+            && cluster.secrets(NAMESPACE).is_empty(),
+        "{:?}",
+        cluster.everything()
+    );
+    cluster.shutdown().await;
+}
+
+/// A 403 with no lost connection before it (here the tenant's Role is
+/// taken away mid-step) is final: the run ends at once, not after the
+/// reconnect window, and says what was refused.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_with_no_outage_before_it_stays_final() {
+    let (cluster, backend) = tenant_cluster().await;
+    let fx = Fixture::new("tenant-revoked");
+    let spec = fx
+        .spec(&backend, "tenant-revoked")
+        .step(Step::new("work", WAITING_STEP));
+    let log = WatchedLog::default();
+    let revoke = async {
+        log.wait_for("before").await;
+        cluster.grant_tenant(Role {
+            namespace: NAMESPACE.into(),
+            rules: Vec::new(),
+        });
+        let (ns, pod) = cluster.all_pods().pop().expect("the run's pod");
+        cluster.exec_in_pod(&ns, &pod, &["touch", "/tmp/go"]).await;
+    };
+    // The reconnect window is 300 s: a 403 ridden out would pass this.
+    let (result, ()) = tokio::time::timeout(Duration::from_secs(120), async {
+        tokio::join!(
+            run_watched(&backend, &spec, &log, CancellationToken::new()),
+            revoke
+        )
+    })
+    .await
+    .expect("a final 403 was waited on");
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Error, "{text}");
+    assert!(text.contains("forbidden"), "{text}");
+    assert!(!text.contains("refuses what it granted"), "{text}");
+    assert!(!text.contains("waiting up to"), "{text}");
+    // The Role back, a cleanup removes what the refused stop left.
+    cluster.grant_tenant(Role {
+        namespace: NAMESPACE.into(),
+        rules: documented_rules(),
+    });
+    backend
+        .0
+        .cleanup(&fx.runner, CleanupScope::All)
+        .await
+        .unwrap();
+    assert!(
+        cluster.jobs(NAMESPACE).is_empty() && cluster.secrets(NAMESPACE).is_empty(),
+        "{:?}",
+        cluster.everything()
+    );
     cluster.shutdown().await;
 }

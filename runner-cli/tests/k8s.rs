@@ -429,10 +429,13 @@ async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_file
     cluster.shutdown().await;
 }
 
-/// The live proof with its outage check: `OUTAGE_CMD` asks this test,
-/// through a FIFO, to take the cluster's API server down for 5 s (every
-/// connection cut, new ones refused), and returns once it is back, as
-/// `ssh cp sudo systemctl restart kube-apiserver` would.
+/// The live proof with its outage check, as a tenant bound to exactly
+/// scripts/runner-role.yaml: `OUTAGE_CMD` asks this test, through a
+/// FIFO, to take the cluster's API server down for 5 s (every connection
+/// cut, new ones refused), and returns once it is back, as
+/// `ssh cp sudo systemctl restart kube-apiserver` would. Back, the server
+/// refuses the tenant for 2 s more, as a real v1.24 server does until its
+/// RBAC roles have loaded.
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"
@@ -440,6 +443,14 @@ async fn tenant_kubeconfig_script_writes_a_working_kubeconfig_and_names_bad_file
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_proof_script_passes_on_the_test_cluster_with_its_outage_check() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let role = std::fs::read_to_string(script("runner-role.yaml")).unwrap();
+    cluster.grant_tenant(kube_testcluster::rbac::Role {
+        namespace: "proof".into(),
+        rules: kube_testcluster::rbac::rules_from_role_yaml(&role),
+    });
+    cluster
+        .faults()
+        .rbac_lag_after_outage(Some(std::time::Duration::from_secs(2)));
     let dir = tempfile::tempdir().unwrap();
     let (down, back) = (dir.path().join("down"), dir.path().join("back"));
     for fifo in [&down, &back] {
@@ -466,7 +477,7 @@ async fn the_live_proof_script_passes_on_the_test_cluster_with_its_outage_check(
     );
     let proof = Command::new("bash")
         .arg(script("live-proof.sh"))
-        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECONFIG", cluster.tenant_kubeconfig("proof").unwrap())
         .env("IMAGE", image())
         .env("RUNNER_CLI", env!("CARGO_BIN_EXE_runner-cli"))
         .env("OUTAGE_CMD", &outage_cmd)
@@ -495,15 +506,19 @@ async fn the_live_proof_script_passes_on_the_test_cluster_with_its_outage_check(
     );
     for said in [
         "result: success",
-        "knotless-test-node",
+        "nodes are not visible to this user",
         // The outage cut the step's stream, and the runner followed it.
         "the step's stream broke",
+        // Back, the server refused the tenant, and the runner waited.
+        "refuses what it granted at the run's preflight",
         "outage ridden out: exit 5 kept, 60 ticks once each, in order",
         "nothing left after the outage",
     ] {
         assert!(stdout.contains(said), "{said}: {stdout}");
     }
     assert_eq!(*cluster.faults().outages_over().borrow(), 1, "{stdout}");
+    assert!(cluster.faults().rbac_lag_refusals() > 0, "{stdout}");
+    assert!(cluster.jobs("proof").is_empty() && cluster.secrets("proof").is_empty());
     cluster.shutdown().await;
 }
 

@@ -69,6 +69,9 @@ struct State {
     watches_gone: u64,
     idle_cuts: u64,
     taints: Vec<crate::scheduler::Taint>,
+    rbac_lag: Option<Duration>,
+    rbac_back_at: Option<std::time::Instant>,
+    rbac_lag_refusals: u64,
 }
 
 /// The faults in force; every setter applies to what happens next.
@@ -164,6 +167,35 @@ impl Faults {
     }
     pub(crate) fn note_outage_begun(&self) {
         self.outages_begun.send_modify(|n| *n += 1);
+    }
+    /// After each outage, the tenant's requests are refused for `lag`
+    /// (a 403 with a real server's words, and access reviews that say
+    /// no) while the admin's are served: a restarted API server accepts
+    /// connections before its RBAC roles have loaded
+    /// (`poststarthook/rbac/bootstrap-roles`).
+    pub fn rbac_lag_after_outage(&self, lag: Option<Duration>) {
+        self.lock().rbac_lag = lag;
+    }
+    /// How many of the tenant's requests the RBAC lag refused so far.
+    pub fn rbac_lag_refusals(&self) -> u64 {
+        self.lock().rbac_lag_refusals
+    }
+    /// The server is about to listen again: its RBAC lag starts now.
+    pub(crate) fn note_restarting(&self) {
+        let mut s = self.lock();
+        s.rbac_back_at = s.rbac_lag.map(|lag| std::time::Instant::now() + lag);
+    }
+    /// Whether the restarted server's roles are still loading; counts the
+    /// refusal this asks about.
+    pub(crate) fn rbac_loading(&self) -> bool {
+        let mut s = self.lock();
+        let loading = s
+            .rbac_back_at
+            .is_some_and(|at| std::time::Instant::now() < at);
+        if loading {
+            s.rbac_lag_refusals += 1;
+        }
+        loading
     }
     pub(crate) fn note_outage_over(&self) {
         self.outages_over.send_modify(|n| *n += 1);

@@ -109,6 +109,9 @@ async fn authorized(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    // A restarted server whose roles are still loading grants the tenant
+    // nothing, as its RBAC authorizer has no Role to go by yet.
+    let role = role.filter(|_| user == User::Admin || !shared.faults.rbac_loading());
     let path = req.uri().path().to_string();
     if req.method() == http::Method::POST
         && path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
@@ -161,6 +164,7 @@ pub async fn serve(
                 shared.faults.note_outage_begun();
                 // The outage's length is the fault itself, not a wait for anything.
                 tokio::time::sleep(down).await;
+                shared.faults.note_restarting();
                 listener = loop {
                     match TcpListener::bind(addr).await {
                         Ok(l) => break l,

@@ -425,3 +425,55 @@ async fn kubectl_meets_an_outage_then_the_server_again() {
     assert_eq!(back.code, 0, "{}", back.stderr);
     cluster.shutdown().await;
 }
+
+/// A restarted server refuses the tenant before its roles have loaded,
+/// with a real server's words, while it serves the admin; then the
+/// tenant's Role holds again.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_a_restarted_server_refuse_the_tenant_until_its_roles_load() {
+    use kube_testcluster::rbac::{Role, Rule};
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    cluster.grant_tenant(Role {
+        namespace: "ci".into(),
+        rules: vec![Rule::new("batch", &["jobs"], &["list"])],
+    });
+    let tenant = cluster.tenant_kubeconfig("ci").unwrap();
+    assert_eq!(kubectl_with(&tenant, &["get", "jobs"], None).await.code, 0);
+    cluster
+        .faults()
+        .rbac_lag_after_outage(Some(Duration::from_secs(5)));
+    let mut over = cluster.faults().outages_over();
+    cluster.outage_now(Duration::from_millis(500));
+    tokio::time::timeout(Duration::from_secs(30), over.wait_for(|n| *n == 1))
+        .await
+        .expect("the outage never ended")
+        .unwrap();
+    let refused = kubectl_with(&tenant, &["get", "jobs"], None).await;
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains(
+            "Error from server (Forbidden): jobs.batch is forbidden: User \"knotless-tenant\" cannot list resource \"jobs\" in API group \"batch\" in the namespace \"ci\""
+        ),
+        "{}",
+        refused.stderr
+    );
+    let admin = kubectl(&cluster, &["get", "jobs", "-n", "ci"], None).await;
+    assert_eq!(admin.code, 0, "{}", admin.stderr);
+    assert!(cluster.faults().rbac_lag_refusals() > 0);
+    // The roles load: the tenant is served again.
+    let back = async {
+        loop {
+            if kubectl_with(&tenant, &["get", "jobs"], None).await.code == 0 {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), back)
+        .await
+        .expect("the tenant's Role never came back");
+    cluster.shutdown().await;
+}
