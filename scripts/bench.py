@@ -48,16 +48,17 @@ class Bench:
         self.env = dict(os.environ)
         self.can_drop_caches = os.access("/proc/sys/vm/drop_caches", os.W_OK)
         self.gnu_time = next((t for t in ["/usr/bin/time"] if os.access(t, os.X_OK)), None)
+        self.links = []
 
     # -- helpers ---------------------------------------------------------
     def sh(self, cmd, shell=None):
         shell = isinstance(cmd, str) if shell is None else shell
         return subprocess.run(cmd, shell=shell, check=True, capture_output=True, text=True, env=self.env).stdout
 
-    def timed(self, cmd, shell=False):
+    def timed(self, cmd, shell=False, env=None):
         """Seconds of one command."""
         start = time.perf_counter()
-        p = subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
+        p = subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env or self.env)
         secs = time.perf_counter() - start
         if p.returncode != 0:
             raise RuntimeError(f"{cmd!r} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
@@ -95,11 +96,12 @@ class Bench:
             (sub / f"f{i}.txt").write_bytes(os.urandom(1024))
         return d
 
-    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,)):
-        """One runner-cli run: seconds, peak RSS, seconds to the first step's start."""
+    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,), env=None):
+        """One runner-cli run: seconds, peak RSS, seconds to the first step's start.
+        `env` replaces the engine's environment (a link's, from `through`)."""
         out = self.tmp / "out"
         shutil.rmtree(out, ignore_errors=True)
-        env = self.env_v4 if executor == "k8s-v4" else self.env
+        env = env or (self.env_v4 if executor == "k8s-v4" else self.env)
         executor = "k8s" if executor == "k8s-v4" else executor
         cmd = [str(self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", "bench", "--runner", "did:plc:bench",
                "--workdir", str(workdir), "--steps-file", str(steps), "--outputs", str(out),
@@ -239,6 +241,136 @@ spec:
         self.sh(["kubectl", "create", "-f", str(self.job_manifest("bench-baseline"))])
         self.sh(["kubectl", "wait", "--for=condition=Ready", "pod", "-l", "job-name=bench-baseline", "--timeout=120s"])
         return self.sh(["kubectl", "get", "pods", "-l", "job-name=bench-baseline", "-o", "jsonpath={.items[0].metadata.name}"]).strip()
+
+    # -- links -----------------------------------------------------------
+    def linked(self, upstream, delay_ms, rate_mbit=None):
+        """Starts a knotless-link in front of `upstream` (unix:PATH or
+        tcp:HOST:PORT); returns the address it listens on."""
+        cmd = [str(self.bin_dir / "knotless-link"), "--to", upstream, "--delay-ms", str(delay_ms)]
+        if rate_mbit:
+            cmd += ["--rate-mbit", str(rate_mbit)]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        addr = p.stdout.readline().strip()
+        if not addr:
+            raise RuntimeError(f"knotless-link did not start: {cmd}")
+        self.links.append(p)
+        return addr
+
+    def stop_links(self):
+        for p in getattr(self, "links", []):
+            p.terminate()
+            p.wait(timeout=30)
+        self.links = []
+
+    def through(self, delay_ms, rate_mbit=None):
+        """Environments whose engine (DOCKER_HOST) and API servers
+        (KUBECONFIG) are reached through a link each, `delay_ms` each way
+        and `rate_mbit` each way if given: {"docker": env, "k8s": env, "k8s-v4": env}."""
+        host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if not host.startswith("unix://"):
+            raise RuntimeError(f"the link rows need the engine on a Unix socket, not {host}")
+        docker = dict(self.env)
+        docker["DOCKER_HOST"] = "tcp://" + self.linked("unix:" + host[len("unix://"):], delay_ms, rate_mbit)
+        envs = {"docker": docker}
+        for key, base in [("k8s", self.env), ("k8s-v4", self.env_v4)]:
+            text = Path(base["KUBECONFIG"]).read_text()
+            server = next(l.split("server:", 1)[1].strip() for l in text.splitlines() if l.strip().startswith("server:"))
+            hostport = server.split("://", 1)[1].rstrip("/")
+            addr = self.linked("tcp:" + hostport, delay_ms, rate_mbit)
+            kubeconfig = self.tmp / f"kubeconfig-{key}-{delay_ms}-{rate_mbit}"
+            kubeconfig.write_text(text.replace(server, "https://" + addr))
+            env = dict(base)
+            env["KUBECONFIG"] = str(kubeconfig)
+            envs[key] = env
+        return envs
+
+    def source_tree(self):
+        """A real source tree to check out: Rust crates' sources from
+        cargo's registry (text, as a repository's is), 100 MiB or more
+        (2 MiB with --quick)."""
+        d = self.tmp / "checkout-source"
+        if d.exists():
+            return d
+        want = (2 << 20) if self.quick else (100 << 20)
+        registry = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo")) / "registry" / "src"
+        got = 0
+        for crate in sorted(registry.glob("*/*")):
+            if got >= want:
+                break
+            shutil.copytree(crate, d / crate.name, symlinks=True, ignore_dangling_symlinks=True)
+            got += sum(f.stat().st_size for f in (d / crate.name).rglob("*") if f.is_file() and not f.is_symlink())
+        if got < want:
+            raise RuntimeError(f"cargo's registry holds {got >> 20} MiB of sources, fewer than the {want >> 20} MiB the row needs")
+        self.source_bytes = got
+        return d
+
+    def link_per_step(self):
+        """Per-step overhead over a 50 ms round trip, against each engine's CLI over the same link."""
+        delay = 25
+        rtt = 2 * delay / 1000
+        n = 3 if self.quick else 20
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        many = self.steps(f"many-{n}", [("s0", "true")] + [(f"s{i + 1}", "true") for i in range(n)])
+        envs = self.through(delay)
+        try:
+            cid = self.container()
+            pod = self.baseline_pod()
+            try:
+                for executor, where in [("docker", "docker"), *K8S_MODES]:
+                    env = envs[executor]
+                    if executor == "docker":
+                        cli = f"for i in $(seq {n}); do docker exec {cid} true; done"
+                    else:
+                        cli = f"for i in $(seq {n}); do kubectl exec {pod} -- true; done"
+                    cli_env = envs["k8s"] if executor == "k8s-v4" else env
+                    m = self.interleaved(
+                        cli=lambda: self.timed(cli, shell=True, env=cli_env),
+                        one=lambda: self.runner(executor, one, empty, env=env)[0],
+                        many=lambda: self.runner(executor, many, empty, env=env)[0])
+                    mine, base = (m["many"] - m["one"]) / n, m["cli"] / n
+                    target = 1.2 * rtt + 0.005
+                    tool = "docker exec" if executor == "docker" else "kubectl exec"
+                    self.row(f"per-step overhead over a {rtt * 1000:.0f} ms round trip, {n} × `true`", where, f"{mine * 1000:.0f} ms ({mine / rtt:.2f} round trips)",
+                             f"{tool} {base * 1000:.0f} ms ({base / rtt:.2f} round trips){V5_BASE if executor == 'k8s-v4' else ''}", f"{mine / base:.2f}× CLI",
+                             f"≤ 1.2 round trips + 5 ms ({target * 1000:.0f} ms)", mine <= target)
+            finally:
+                self.remove(cid)
+        finally:
+            self.stop_links()
+
+    def link_checkout(self):
+        """A source tree's checkout over 100 Mbit/s with a 20 ms round trip,
+        against `tar c | CLI exec -i … tar x` over the same link."""
+        delay, rate = 10, 100
+        src, empty = self.source_tree(), self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        envs = self.through(delay, rate)
+        size = getattr(self, "source_bytes", 0)
+        try:
+            for executor, where in [("docker", "docker"), *K8S_MODES]:
+                env = envs[executor]
+                cid, tool, exec_in, exec_out, v5_base = self.baseline_exec(executor)
+                base_env = envs["k8s"] if executor == "k8s-v4" else env
+                try:
+                    def base_in():
+                        self.sh(f"{exec_out} sh -c 'rm -rf /vol/in && mkdir /vol/in'")
+                        self.settle(src)
+                        return self.timed(f"tar c -C {src} . | {exec_in} tar x -C /vol/in", shell=True, env=base_env)
+
+                    def start_with(checkout):
+                        self.settle(checkout)
+                        self.runner(executor, one, checkout, env=env)
+                        return self.phases()[0]
+                    m = self.interleaved(base=base_in, empty=lambda: start_with(empty), full=lambda: start_with(src))
+                    ours = max(m["full"] - m["empty"], 0.0)
+                    self.row(f"checkout in over 100 Mbit/s, 20 ms round trip: {size >> 20} MiB source tree", where, f"{ours:.2f} s",
+                             f"{m['base']:.2f} s (`tar c | {tool} exec -i … tar x` over the same link){v5_base}", f"{ours / m['base']:.2f}×", "≤ 0.25×", ours <= m["base"] * 0.25)
+                finally:
+                    if cid:
+                        self.remove(cid)
+        finally:
+            self.stop_links()
 
     # -- rows ------------------------------------------------------------
     def interleaved(self, reps=None, **fns):
@@ -663,19 +795,20 @@ spec:
     def run(self):
         self.memory = []
         if not self.quick:
-            subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "-p", "kube-testcluster", "--bin", "runner-cli", "--bin", "kube-testcluster"], cwd=ROOT, check=True)
+            subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link", "--bin", "runner-cli", "--bin", "kube-testcluster", "--bin", "knotless-link"], cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", *([] if self.quick else ["--release"]), "-p", "executor-docker", "-p", "executor-k8s", "--example", "bare_docker_exec", "--example", "bare_kube_exec"], cwd=ROOT, check=True)
         if self.quick:
-            subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster"], cwd=ROOT, check=True)
+            subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache]
+            parts = [self.per_step, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache, self.link_per_step, self.link_checkout]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:
                 print(f"== {part.__name__}", flush=True)
                 part()
         finally:
+            self.stop_links()
             self.stop_cluster()
             shutil.rmtree(self.tmp, ignore_errors=True)
         self.report(self.args.out)
@@ -704,7 +837,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
-    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs masking events memory_row header_bomb start_to_first_step concurrency cache)")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs masking events memory_row header_bomb start_to_first_step concurrency cache link_per_step link_checkout)")
     Bench(parser.parse_args()).run()
 
 
