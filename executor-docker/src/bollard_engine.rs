@@ -31,6 +31,8 @@ pub struct BollardEngine {
     docker: Docker,
     /// How long a call the engine does not answer is tried again.
     reconnect_timeout: std::time::Duration,
+    /// One `/_ping` on the warm connection, timed at connect.
+    round_trip: std::time::Duration,
 }
 
 impl BollardEngine {
@@ -81,10 +83,22 @@ impl BollardEngine {
             .negotiate_version()
             .await
             .map_err(|e| unreachable(&e))?;
+        // On the connection the version call left open: the link's round
+        // trip, which decides whether transfers are compressed.
+        let pinged = std::time::Instant::now();
+        docker.ping().await.map_err(|e| unreachable(&e))?;
+        let round_trip = pinged.elapsed();
+        tracing::debug!(?round_trip, %host, "the engine's round trip");
         Ok(BollardEngine {
             docker,
             reconnect_timeout: crate::DockerOptions::default().reconnect_timeout,
+            round_trip,
         })
+    }
+
+    /// The engine's round trip, as timed at connect (one `/_ping`).
+    pub fn round_trip(&self) -> std::time::Duration {
+        self.round_trip
     }
 
     /// How long a call the engine does not answer (refused or dropped

@@ -34,6 +34,7 @@ mod executor;
 use std::sync::Arc;
 use std::time::Duration;
 
+use executor_core::tar::Compression;
 use executor_core::ExecutorError;
 
 pub use bollard_engine::BollardEngine;
@@ -88,6 +89,11 @@ pub struct DockerOptions {
     /// connections, 429, 502-504) is tried again, backing off, before it
     /// fails: inspections, lists, removals and creating an exec.
     pub reconnect_timeout: Duration,
+    /// Whether what goes into the container (the checkout, the steps, a
+    /// cache) is sent gzip-compressed; the engine decompresses it, so the
+    /// image needs no tool for it. `Auto` compresses when the engine's
+    /// round trip, timed at connect, shows a link between machines.
+    pub compression: Compression,
 }
 
 impl Default for DockerOptions {
@@ -104,6 +110,7 @@ impl Default for DockerOptions {
             read_only: false,
             expiry_grace: Duration::from_secs(300),
             reconnect_timeout: Duration::from_secs(300),
+            compression: Compression::Auto,
         }
     }
 }
@@ -120,7 +127,8 @@ impl DockerExecutor {
         let engine = BollardEngine::connect()
             .await?
             .reconnect_timeout(options.reconnect_timeout);
-        Ok(Self::with_engine(Arc::new(engine), options))
+        let round_trip = engine.round_trip();
+        Ok(Self::with_engine(Arc::new(engine), options).measured(round_trip))
     }
 
     /// An executor that prints the container config and every engine call

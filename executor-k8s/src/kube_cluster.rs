@@ -49,6 +49,8 @@ pub struct KubeCluster {
     /// What the server proved and when it last went unanswered: a
     /// restarted server's passing 403 is ridden out.
     settling: Arc<Settling>,
+    /// One version call on the warm connection, timed at connect.
+    round_trip: std::time::Duration,
 }
 
 /// Where the kubeconfig's current user keeps its client certificate, for
@@ -169,8 +171,20 @@ impl KubeCluster {
             };
             described.with_source(e)
         })?;
+        // On the connection the first call left open: the link's round
+        // trip, which decides whether copies in are compressed.
+        let asked = std::time::Instant::now();
+        let round_trip = match client.apiserver_version().await {
+            Ok(_) => asked.elapsed(),
+            Err(err) => {
+                tracing::debug!(%err, "timing the API server's round trip failed");
+                std::time::Duration::ZERO
+            }
+        };
+        tracing::debug!(?round_trip, %server, "the API server's round trip");
         Ok(KubeCluster {
             client,
+            round_trip,
             namespace,
             server,
             tls_unverified,
@@ -193,6 +207,12 @@ impl KubeCluster {
     pub fn keepalive(mut self, every: std::time::Duration) -> Self {
         self.keepalive = every;
         self
+    }
+
+    /// The API server's round trip, as timed at connect (one version
+    /// call on the connection the first one opened).
+    pub fn round_trip(&self) -> std::time::Duration {
+        self.round_trip
     }
 
     /// The API server's URL.

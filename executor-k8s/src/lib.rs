@@ -39,6 +39,7 @@ mod yaml;
 use std::sync::Arc;
 use std::time::Duration;
 
+use executor_core::tar::Compression;
 use executor_core::ExecutorError;
 
 pub use dry_run::{calls as dry_run_calls, DryRunCluster, DRY_POD_SUFFIX};
@@ -98,6 +99,12 @@ pub struct K8sOptions {
     /// timed out, 429, 5xx) is tried again, backing off, before it fails:
     /// an API server restarting or a gateway blinking is ridden out.
     pub reconnect_timeout: Duration,
+    /// Whether what goes into the pod (the checkout, the steps, a cache)
+    /// is sent gzip-compressed and unpacked by `gzip -dc | tar x` where
+    /// the image has `gzip` (as it is, where not). `Auto` compresses when
+    /// the API server's round trip, timed at connect, shows a link
+    /// between machines.
+    pub compression: Compression,
 }
 
 impl Default for K8sOptions {
@@ -123,6 +130,7 @@ impl Default for K8sOptions {
             stop_timeout: Duration::from_secs(120),
             keepalive: Duration::from_secs(20),
             reconnect_timeout: Duration::from_secs(300),
+            compression: Compression::Auto,
         }
     }
 }
@@ -141,7 +149,8 @@ impl K8sExecutor {
             .await?
             .keepalive(options.keepalive)
             .reconnect_timeout(options.reconnect_timeout);
-        Ok(Self::with_cluster(Arc::new(cluster), options))
+        let round_trip = cluster.round_trip();
+        Ok(Self::with_cluster(Arc::new(cluster), options).measured(round_trip))
     }
 
     /// An executor that prints the Job and every call, and contacts nothing.

@@ -250,6 +250,15 @@ pub struct K8sArgs {
     /// before it fails; stop and cleanup ride out an outage this long.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub reconnect_timeout: Duration,
+    /// Whether the checkout, the steps and caches go into the container or
+    /// pod gzip-compressed: auto (when the engine's or API server's round
+    /// trip shows a link between machines, 2 ms or more), always, never.
+    #[arg(long, default_value = "auto", value_parser = parse_compression)]
+    pub compression: executor_core::tar::Compression,
+}
+
+fn parse_compression(text: &str) -> Result<executor_core::tar::Compression, String> {
+    text.parse()
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {

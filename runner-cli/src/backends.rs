@@ -62,8 +62,8 @@ pub async fn build(
             })
         }
         ExecutorKind::Docker => {
-            let options = docker_options(opts.docker, opts.cap_add, opts.k8s.reconnect_timeout)
-                .map_err(BuildError::Input)?;
+            let options =
+                docker_options(opts.docker, opts.cap_add, opts.k8s).map_err(BuildError::Input)?;
             if opts.dry_run {
                 return Ok(Box::new(DockerExecutor::dry_run(
                     options,
@@ -144,6 +144,7 @@ fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOption
         isolate: args.isolate.unwrap_or(untrusted),
         pod_timeout: args.pod_timeout,
         reconnect_timeout: args.reconnect_timeout,
+        compression: args.compression,
         ..K8sOptions::default()
     }
 }
@@ -151,7 +152,7 @@ fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOption
 fn docker_options(
     args: &DockerArgs,
     cap_add: &[String],
-    reconnect_timeout: std::time::Duration,
+    link: &K8sArgs,
 ) -> anyhow::Result<DockerOptions> {
     if let Some(cpus) = args.cpus {
         if !(cpus > 0.0 && cpus.is_finite()) {
@@ -176,7 +177,8 @@ fn docker_options(
         cap_drop: args.cap_drop.clone(),
         cap_add: cap_add.to_vec(),
         read_only: args.read_only,
-        reconnect_timeout,
+        reconnect_timeout: link.reconnect_timeout,
+        compression: link.compression,
         ..DockerOptions::default()
     })
 }

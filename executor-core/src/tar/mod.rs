@@ -6,10 +6,12 @@
 //! could escape it.
 
 mod audit;
+mod compress;
 mod pack;
 mod unpack;
 
 pub use audit::links_leaving;
+pub use compress::{Compression, AUTO_ROUND_TRIP};
 
 pub use pack::{pack_contents, pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{

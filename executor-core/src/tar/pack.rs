@@ -149,6 +149,22 @@ enum Layout {
 }
 
 /// Packs `layout` in a background task, behind the pipe a [`PackStream`] reads.
+impl PackStream {
+    /// A stream of what `task` writes into the pipe it is given; the
+    /// task's error is the last read's.
+    pub(super) fn from_task<F, Fut>(task: F) -> PackStream
+    where
+        F: FnOnce(DuplexStream) -> Fut,
+        Fut: Future<Output = io::Result<()>> + Send + 'static,
+    {
+        let (writer, pipe) = tokio::io::duplex(PIPE_BYTES);
+        PackStream {
+            pipe,
+            packer: Some(tokio::spawn(task(writer))),
+        }
+    }
+}
+
 fn spawn_packer(layout: Layout) -> PackStream {
     let (writer, pipe) = tokio::io::duplex(PIPE_BYTES);
     let packer = tokio::spawn(async move {

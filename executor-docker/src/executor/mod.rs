@@ -11,7 +11,7 @@ use executor_core::container::{
 };
 use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
 use executor_core::tar::{
-    pack_dir, pack_folders, unpack_untrusted, PackedFolder, UnpackLimits, UnpackSummary,
+    pack_dir, pack_folders, unpack_untrusted, PackStream, PackedFolder, UnpackLimits, UnpackSummary,
 };
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
@@ -39,15 +39,37 @@ pub struct DockerExecutor {
     /// Containers of runs this executor is running now (cleanup spares
     /// them), with the step scripts each holds as files.
     live: Mutex<HashMap<String, ScriptFiles>>,
+    /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
+    compress: bool,
 }
 
 impl DockerExecutor {
     /// An executor over any engine (the real one, the dry-run, a mock).
+    /// Its round trip is not known, so `Compression::Auto` does not
+    /// compress; see [`DockerExecutor::measured`].
     pub fn with_engine(engine: Arc<dyn Engine>, options: DockerOptions) -> Self {
         DockerExecutor {
             engine,
+            compress: options.compression.applies(None),
             options,
             live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This executor, told the engine's round trip: `Compression::Auto`
+    /// compresses uploads past [`AUTO_ROUND_TRIP`](executor_core::tar::AUTO_ROUND_TRIP).
+    #[must_use]
+    pub fn measured(mut self, round_trip: std::time::Duration) -> Self {
+        self.compress = self.options.compression.applies(Some(round_trip));
+        self
+    }
+
+    /// An upload's archive as it goes: compressed, or as it is.
+    fn body(&self, tar: PackStream) -> PackStream {
+        if self.compress {
+            tar.gzip()
+        } else {
+            tar
         }
     }
 
@@ -189,7 +211,12 @@ impl Executor for DockerExecutor {
         self.exec_as_root(&run.id, &mkdir, "creating a cache folder")
             .await?;
         self.engine
-            .upload(&run.id, path, &src.display().to_string(), pack_dir(src))
+            .upload(
+                &run.id,
+                path,
+                &src.display().to_string(),
+                self.body(pack_dir(src)),
+            )
             .await?;
         if let Some(user) = &self.options.user {
             let chown = format!("chown -R {} {q}", executor_core::script::quote(user));

@@ -38,6 +38,10 @@ pub struct K8sExecutor {
     v5: Mutex<Option<bool>>,
     /// Permission sets already found granted (checked once per executor).
     granted: Mutex<std::collections::HashSet<&'static str>>,
+    /// Whether copies in go gzip-compressed ([`K8sOptions::compression`]).
+    compress: bool,
+    /// Per pod, whether its image has `gzip`, once asked.
+    gzip_in: Mutex<HashMap<String, bool>>,
 }
 
 #[derive(Clone)]
@@ -60,11 +64,22 @@ impl K8sExecutor {
     pub fn with_cluster(cluster: Arc<dyn Cluster>, options: K8sOptions) -> Self {
         K8sExecutor {
             cluster,
+            compress: options.compression.applies(None),
             options,
             live: Mutex::new(HashMap::new()),
             v5: Mutex::new(None),
             granted: Mutex::new(std::collections::HashSet::new()),
+            gzip_in: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This executor, told the API server's round trip:
+    /// `Compression::Auto` compresses copies in past
+    /// [`AUTO_ROUND_TRIP`](executor_core::tar::AUTO_ROUND_TRIP).
+    #[must_use]
+    pub fn measured(mut self, round_trip: std::time::Duration) -> Self {
+        self.compress = self.options.compression.applies(Some(round_trip));
+        self
     }
 
     /// Checks, once per executor, that the credentials hold every

@@ -84,7 +84,10 @@ impl K8sExecutor {
     /// without closing the socket (and losing the status), and busybox tar
     /// reads to end of file, so there the stream goes in frames (see
     /// [`crate::framed`]); it is packed once either way (`pack` is called
-    /// once, when the protocol is known).
+    /// once, when the protocol is known). Compressed where
+    /// [`K8sOptions::compression`](crate::K8sOptions::compression) says so
+    /// and the image has `gzip`: `tar`'s status, the pipe's last, is the
+    /// copy's, and a stream cut short is a short gzip stream it fails on.
     pub(super) async fn stream_packed(
         &self,
         pod: &str,
@@ -92,21 +95,32 @@ impl K8sExecutor {
         target: &str,
         what: &str,
     ) -> Result<(), ExecutorError> {
-        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
-        if known != Some(false) {
-            // v5, or not known yet: the plain command, learning the protocol
-            // from the connection itself.
-            // `-o`: files belong to whoever extracts them. The pod drops every
-            // capability, so root cannot give them the host's owners (GNU
-            // tar would fail on that; busybox ignores it).
-            let argv: Vec<String> = vec![
+        // `-o`: files belong to whoever extracts them. The pod drops every
+        // capability, so root cannot give them the host's owners (GNU
+        // tar would fail on that; busybox ignores it).
+        let gzip = self.compress && self.has_gzip(pod).await;
+        let pack = || if gzip { pack().gzip() } else { pack() };
+        let unpack: Vec<String> = if gzip {
+            vec![
+                "sh".into(),
+                "-c".into(),
+                r#"gzip -dc | tar x -o -C "$0""#.into(),
+                target.into(),
+            ]
+        } else {
+            vec![
                 "tar".into(),
                 "x".into(),
                 "-o".into(),
                 "-C".into(),
                 target.into(),
-            ];
-            let exec = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
+            ]
+        };
+        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
+        if known != Some(false) {
+            // v5, or not known yet: the plain command, learning the protocol
+            // from the connection itself.
+            let exec = self.cluster.exec(pod, CONTAINER, &unpack, true).await?;
             let v5 = exec.closes_stdin();
             *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
             if v5 {
@@ -121,20 +135,51 @@ impl K8sExecutor {
         }
         // v4: the stream goes in frames that a shell loop in the pod
         // unframes, so tar sees end of file while stdin stays open.
-        let argv = vec![
+        let mut argv: Vec<String> = vec![
             "sh".into(),
             "-c".into(),
             crate::framed::UNFRAME.into(),
             "sh".into(),
-            "tar".into(),
-            "x".into(),
-            "-o".into(),
-            "-C".into(),
-            target.into(),
         ];
+        argv.extend(unpack);
         let mut framed = crate::framed::Framed::new(pack());
         self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), what)
             .await
+    }
+
+    /// Whether `pod`'s image has `gzip`, asked once per pod.
+    async fn has_gzip(&self, pod: &str) -> bool {
+        if let Some(known) = self
+            .gzip_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod)
+        {
+            return *known;
+        }
+        let argv = vec![
+            "sh".into(),
+            "-c".into(),
+            "command -v gzip >/dev/null 2>&1".into(),
+        ];
+        let has = self
+            .exec_checked(
+                pod,
+                argv,
+                None,
+                &mut tokio::io::sink(),
+                "looking for gzip in the pod",
+            )
+            .await
+            .is_ok();
+        if !has {
+            tracing::info!(pod, "the image has no gzip: copies in go uncompressed");
+        }
+        self.gzip_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pod.to_string(), has);
+        has
     }
 
     /// Whether the pod's memory cgroup counted an OOM kill since the step

@@ -362,6 +362,71 @@ async fn on_v5_stdin_is_closed_and_tar_runs_once() {
     );
 }
 
+/// Copies in with `Compression::Always`: where the image has gzip the
+/// archive goes gzip-compressed into `gzip -dc | tar x`; where it has
+/// none, as it is into `tar x`. gzip is asked for once per pod.
+#[tokio::test]
+async fn compressed_copies_go_through_gzip_where_the_image_has_it_and_plain_where_not() {
+    for has_gzip in [true, false] {
+        let mut cluster = MockCluster::new();
+        let tar_stdin = Stdin::default();
+        let given = tar_stdin.clone();
+        let (probes, unpacks) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(Mutex::new(Vec::new())),
+        );
+        let (probed, unpacked) = (probes.clone(), unpacks.clone());
+        cluster.expect_exec().returning(move |_, _, argv, stdin| {
+            if argv.last().is_some_and(|a| a.contains("command -v gzip")) {
+                probed.fetch_add(1, Ordering::SeqCst);
+                let code = if has_gzip { 0 } else { 1 };
+                return Ok(scripted(true, "", Ended::Exited(code), &Stdin::default()));
+            }
+            if stdin {
+                unpacked.lock().unwrap().push(argv.to_vec());
+            }
+            Ok(scripted(true, "", Ended::Exited(0), &given))
+        });
+        let executor = K8sExecutor::with_cluster(
+            Arc::new(cluster),
+            K8sOptions {
+                compression: executor_core::tar::Compression::Always,
+                ..K8sOptions::default()
+            },
+        );
+        let checkout = tempfile::tempdir().unwrap();
+        std::fs::write(checkout.path().join("f"), "data ".repeat(10_000)).unwrap();
+        for _ in 0..2 {
+            executor
+                .stream_in("p", checkout.path(), "/cache")
+                .await
+                .unwrap();
+        }
+        assert_eq!(probes.load(Ordering::SeqCst), 1, "gzip is asked for once");
+        let unpacks = unpacks.lock().unwrap();
+        let stdin = tar_stdin.lock().unwrap();
+        if has_gzip {
+            assert_eq!(
+                unpacks[0][2], r#"gzip -dc | tar x -o -C "$0""#,
+                "{unpacks:?}"
+            );
+            assert_eq!(&stdin[..2], &[0x1f, 0x8b], "a gzip stream");
+            assert!(stdin.len() < 2 * 10_000, "{}", stdin.len());
+        } else {
+            assert_eq!(
+                unpacks[0][..2],
+                ["tar".to_string(), "x".to_string()],
+                "{unpacks:?}"
+            );
+            assert!(
+                stdin.len() >= 50_000 && stdin.len() % 512 == 0,
+                "{}",
+                stdin.len()
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
     let spec = RunSpec::new("r", "did:plc:r", ".", "out")

@@ -1,0 +1,157 @@
+//! Compressed transfers where the link is the bottleneck.
+//!
+//! Over loopback or a Unix socket a transfer runs at memory speed, and
+//! compressing it would only cost CPU; across a long link the bytes on the
+//! wire are the time, and a source tree is a fifth of its size after
+//! `gzip -1`. So a backend measures its engine's round trip when it
+//! connects and [`Compression::Auto`] compresses only past
+//! [`AUTO_ROUND_TRIP`]. gzip, not a faster codec: Docker's archive API
+//! takes it as it is, and busybox and GNU images both have `gzip -d`.
+
+use std::io;
+use std::time::Duration;
+
+use async_compression::tokio::bufread::GzipEncoder;
+use async_compression::Level;
+use tokio::io::BufReader;
+
+use super::PackStream;
+
+/// Whether transfers are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// When the engine's round trip is at least [`AUTO_ROUND_TRIP`]: a
+    /// link between machines, not loopback.
+    #[default]
+    Auto,
+    /// Always (where the environment can decompress).
+    Always,
+    /// Never.
+    Never,
+}
+
+/// The round trip from which [`Compression::Auto`] compresses. Loopback
+/// and Unix sockets answer in a fraction of a millisecond; a link between
+/// machines seldom answers under 2 ms.
+pub const AUTO_ROUND_TRIP: Duration = Duration::from_millis(2);
+
+impl Compression {
+    /// Whether to compress over a connection whose measured round trip is
+    /// `round_trip` (`None`: not measured, so `Auto` does not).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use executor_core::tar::Compression;
+    /// assert!(!Compression::Auto.applies(Some(Duration::from_micros(300))));
+    /// assert!(Compression::Auto.applies(Some(Duration::from_millis(40))));
+    /// assert!(!Compression::Auto.applies(None));
+    /// assert!(Compression::Always.applies(None));
+    /// assert!(!Compression::Never.applies(Some(Duration::from_millis(40))));
+    /// ```
+    pub fn applies(self, round_trip: Option<Duration>) -> bool {
+        match self {
+            Compression::Always => true,
+            Compression::Never => false,
+            Compression::Auto => round_trip.is_some_and(|r| r >= AUTO_ROUND_TRIP),
+        }
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+
+    /// `auto`, `always` or `never`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Compression::Auto),
+            "always" => Ok(Compression::Always),
+            "never" => Ok(Compression::Never),
+            _ => Err(format!("{text:?} is not auto, always or never")),
+        }
+    }
+}
+
+impl PackStream {
+    /// This archive gzip-compressed at the fastest level as it is read,
+    /// in a task of its own, so packing, compressing and sending overlap.
+    /// A packing error is still the last read's, never a short archive
+    /// that looks whole.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// use tokio::io::AsyncReadExt;
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("a.txt"), "hello ".repeat(10_000))?;
+    /// let mut gz = Vec::new();
+    /// executor_core::tar::pack_dir(dir.path()).gzip().read_to_end(&mut gz).await?;
+    /// assert_eq!(&gz[..2], &[0x1f, 0x8b]);
+    /// assert!(gz.len() < 2_000);
+    /// # Ok(()) }
+    /// ```
+    pub fn gzip(self) -> PackStream {
+        PackStream::from_task(|mut writer| async move {
+            let mut encoder = GzipEncoder::with_quality(BufReader::new(self), Level::Fastest);
+            tokio::io::copy(&mut encoder, &mut writer).await?;
+            tokio::io::AsyncWriteExt::shutdown(&mut writer).await?;
+            Ok::<(), io::Error>(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    /// A folder that cannot be packed (it holds a socket) gives a
+    /// compressed stream whose last read is the packer's error, never an
+    /// archive that looks whole.
+    #[tokio::test]
+    async fn a_packing_error_is_the_compressed_streams_last_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(dir.path().join("s.sock")).unwrap();
+        let mut out = Vec::new();
+        let err = crate::tar::pack_dir(dir.path())
+            .gzip()
+            .read_to_end(&mut out)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("s.sock"), "{err}");
+    }
+
+    /// What goes in comes out of `gzip -d` byte for byte.
+    #[tokio::test]
+    async fn gzip_d_gives_back_the_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..50 {
+            std::fs::write(
+                dir.path().join(format!("f{i}.txt")),
+                "line\n".repeat(i * 100),
+            )
+            .unwrap();
+        }
+        let mut plain = Vec::new();
+        crate::tar::pack_dir(dir.path())
+            .read_to_end(&mut plain)
+            .await
+            .unwrap();
+        let mut gz = Vec::new();
+        crate::tar::pack_dir(dir.path())
+            .gzip()
+            .read_to_end(&mut gz)
+            .await
+            .unwrap();
+        let mut decoder = async_compression::tokio::bufread::GzipDecoder::new(&gz[..]);
+        let mut back = Vec::new();
+        decoder.read_to_end(&mut back).await.unwrap();
+        // Two packings of one folder differ only where a clock went in.
+        assert_eq!(back.len(), plain.len());
+        assert!(
+            gz.len() * 5 < plain.len(),
+            "{} of {}",
+            gz.len(),
+            plain.len()
+        );
+    }
+}
