@@ -77,9 +77,11 @@ async fn through_a_link(cluster: ClusterOptions, compression: Compression) -> Li
     }
 }
 
-/// A checkout of 4 MiB of text: what goes up the link is a fraction of it
-/// with `Auto` over the link, all of it with `Never`; a step sees it whole
-/// both ways, on a v5 server and a v4-only one.
+/// A checkout of 4 MiB of text, and the same back as an output: what
+/// goes up and comes down the link is a fraction of it with `Auto` over
+/// the link, all of it with `Never`; a step sees the checkout whole and
+/// the output comes back whole both ways, on a v5 server and a v4-only
+/// one.
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"
@@ -106,7 +108,9 @@ async fn auto_compresses_the_checkout_over_a_link_and_never_does_not() {
             let backend = through_a_link(cluster, compression).await;
             let spec = fx.spec(&backend, "k8s-compressed").step(Step::new(
                 "check",
-                format!("test \"$(wc -c < src.rs)\" -eq {size} && head -c 13 src.rs"),
+                format!(
+                    "test \"$(wc -c < src.rs)\" -eq {size} && head -c 13 src.rs && cp src.rs \"$OUTPUTS_DIR/back.rs\""
+                ),
             ));
             let (result, log) = run_to_end(&backend, &spec).await;
             assert_eq!(
@@ -116,19 +120,27 @@ async fn auto_compresses_the_checkout_over_a_link_and_never_does_not() {
                 log.text()
             );
             assert!(log.text().contains("fn main() { p"), "{}", log.text());
-            sent.push(backend.link.stats().bytes().0);
+            assert_eq!(
+                std::fs::read(fx.outputs().join("back.rs")).unwrap(),
+                std::fs::read(fx.checkout().join("src.rs")).unwrap()
+            );
+            std::fs::remove_file(fx.outputs().join("back.rs")).unwrap();
+            sent.push(backend.link.stats().bytes());
             assert_nothing_left(&backend, &fx.runner).await;
             backend.cluster.shutdown().await;
         }
+        let (auto, never) = (sent[0], sent[1]);
         assert!(
-            sent[0] * 4 < size,
-            "v4 only {v4_only}: auto sent {} of {size}",
-            sent[0]
+            auto.0 * 4 < size && auto.1 * 4 < size,
+            "v4 only {v4_only}: auto sent {} and got {} of {size}",
+            auto.0,
+            auto.1
         );
         assert!(
-            sent[1] > size,
-            "v4 only {v4_only}: never sent {} of {size}",
-            sent[1]
+            never.0 > size && never.1 > size,
+            "v4 only {v4_only}: never sent {} and got {} of {size}",
+            never.0,
+            never.1
         );
     }
 }

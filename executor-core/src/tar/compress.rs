@@ -11,9 +11,9 @@
 use std::io;
 use std::time::Duration;
 
-use async_compression::tokio::bufread::GzipEncoder;
+use async_compression::tokio::bufread::{GzipDecoder, GzipEncoder};
 use async_compression::Level;
-use tokio::io::BufReader;
+use tokio::io::{AsyncRead, BufReader};
 
 use super::PackStream;
 
@@ -99,6 +99,30 @@ impl PackStream {
     }
 }
 
+/// `stream` gzip-decompressed as it is read: what an environment sent
+/// compressed, for [`unpack_untrusted`](super::unpack_untrusted), whose
+/// limits then count the decompressed bytes, so a small stream that
+/// inflates without end is refused as it grows, in flat memory. A stream
+/// cut short is an error, never an archive that looks whole.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use tokio::io::AsyncReadExt;
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("a.txt"), "hello")?;
+/// let mut gz = Vec::new();
+/// executor_core::tar::pack_dir(dir.path()).gzip().read_to_end(&mut gz).await?;
+/// let mut tar = Vec::new();
+/// executor_core::tar::gunzip(&gz[..]).read_to_end(&mut tar).await?;
+/// assert!(tar.len() >= 1024);
+/// assert!(executor_core::tar::gunzip(&gz[..gz.len() - 4]).read_to_end(&mut Vec::new()).await.is_err());
+/// # Ok(()) }
+/// ```
+pub fn gunzip<R: AsyncRead + Unpin>(stream: R) -> impl AsyncRead + Unpin {
+    GzipDecoder::new(BufReader::new(stream))
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncReadExt;
@@ -153,5 +177,51 @@ mod tests {
             gz.len(),
             plain.len()
         );
+    }
+}
+
+#[cfg(test)]
+mod bomb {
+    use async_compression::tokio::write::GzipEncoder;
+    use tokio::io::AsyncWriteExt;
+
+    use crate::tar::{unpack_untrusted, UnpackError, UnpackLimits};
+
+    /// A tar of one entry that declares `size` bytes of zeros, gzipped:
+    /// a few hundred KiB that inflate to `size`.
+    async fn bomb(size: u64) -> Vec<u8> {
+        let mut header = tokio_tar::Header::new_gnu();
+        header.set_path("zeros").unwrap();
+        header.set_size(size);
+        header.set_mode(0o644);
+        header.set_cksum();
+        let mut gz = GzipEncoder::new(Vec::new());
+        gz.write_all(header.as_bytes()).await.unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..size >> 20 {
+            gz.write_all(&zeros).await.unwrap();
+        }
+        gz.write_all(&[0u8; 1024]).await.unwrap();
+        gz.shutdown().await.unwrap();
+        gz.into_inner()
+    }
+
+    /// 64 MiB inflated from well under 1 MiB is refused at the limit on
+    /// the decompressed bytes, and no file past the limit is left.
+    #[tokio::test]
+    async fn a_compressed_bomb_is_refused_at_the_limit_on_what_it_inflates_to() {
+        let gz = bomb(64 << 20).await;
+        assert!(gz.len() < 1 << 20, "{}", gz.len());
+        let dest = tempfile::tempdir().unwrap();
+        let limits = UnpackLimits {
+            max_bytes: 8 << 20,
+            ..UnpackLimits::default()
+        };
+        let err = unpack_untrusted(super::gunzip(&gz[..]), dest.path(), limits)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, UnpackError::TooLarge { .. }), "{err}");
+        let left = std::fs::metadata(dest.path().join("zeros")).map_or(0, |m| m.len());
+        assert!(left <= 8 << 20, "{left}");
     }
 }

@@ -11,7 +11,7 @@ mod pack;
 mod unpack;
 
 pub use audit::links_leaving;
-pub use compress::{Compression, AUTO_ROUND_TRIP};
+pub use compress::{gunzip, Compression, AUTO_ROUND_TRIP};
 
 pub use pack::{pack_contents, pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{

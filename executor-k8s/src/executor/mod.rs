@@ -416,13 +416,26 @@ impl Executor for K8sExecutor {
     ) -> Result<UnpackSummary, ExecutorError> {
         let pod = self.pod_of(run)?;
         let (mut writer, reader) = tokio::io::duplex(256 * 1024);
-        let argv = vec![
-            "tar".into(),
-            "c".into(),
-            "-C".into(),
-            path.to_string(),
-            ".".into(),
-        ];
+        let gzip = self.compress && self.has_gzip(&pod).await;
+        let argv = if gzip {
+            // tar's own status, not the pipe's last (gzip's): POSIX sh
+            // has no pipefail. A gzip that fails leaves a short stream,
+            // which the decoder refuses.
+            vec![
+                "sh".into(),
+                "-c".into(),
+                r#"{ s=$( { { tar c -C "$0" .; echo $? >&3; } | gzip -1 >&4; } 3>&1 ); } 4>&1; [ "$s" = 0 ]"#.into(),
+                path.to_string(),
+            ]
+        } else {
+            vec![
+                "tar".into(),
+                "c".into(),
+                "-C".into(),
+                path.to_string(),
+                ".".into(),
+            ]
+        };
         let what = format!("copying {path} out");
         let produce = async {
             let r = self
@@ -431,7 +444,15 @@ impl Executor for K8sExecutor {
             drop(writer);
             r
         };
-        let consume = unpack_untrusted(reader, dest, limits);
+        // The unpacker's limits count what comes out of the decoder: a
+        // small stream that inflates past them is refused as it grows.
+        let consume = async {
+            if gzip {
+                unpack_untrusted(executor_core::tar::gunzip(reader), dest, limits).await
+            } else {
+                unpack_untrusted(reader, dest, limits).await
+            }
+        };
         let (produced, consumed) = tokio::join!(produce, consume);
         let summary = consumed?;
         produced?;

@@ -148,7 +148,7 @@ impl K8sExecutor {
     }
 
     /// Whether `pod`'s image has `gzip`, asked once per pod.
-    async fn has_gzip(&self, pod: &str) -> bool {
+    pub(super) async fn has_gzip(&self, pod: &str) -> bool {
         if let Some(known) = self
             .gzip_in
             .lock()
