@@ -33,6 +33,9 @@ pub struct BollardEngine {
     reconnect_timeout: std::time::Duration,
     /// One `/_ping` on the warm connection, timed at connect.
     round_trip: std::time::Duration,
+    /// Whether the client keeps connections ([`crate::pooled`]): then each
+    /// exec's start has one warmed for the next.
+    pooled: bool,
 }
 
 impl BollardEngine {
@@ -63,6 +66,7 @@ impl BollardEngine {
                 ),
             )
         };
+        let mut pooled = false;
         let docker = match tls_files(host)? {
             Some(tls) => Docker::connect_with_ssl(
                 host,
@@ -74,7 +78,8 @@ impl BollardEngine {
             ),
             None if host.starts_with("tcp://") || host.starts_with("http://") => {
                 tracing::warn!(%host, "the engine is reached over plain HTTP (no DOCKER_TLS_VERIFY)");
-                Docker::connect_with_http(host, CONNECT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+                pooled = true;
+                crate::pooled::plain_http(host, CONNECT_TIMEOUT_SECS)
             }
             None => Docker::connect_with_host(host),
         }
@@ -93,6 +98,7 @@ impl BollardEngine {
             docker,
             reconnect_timeout: crate::DockerOptions::default().reconnect_timeout,
             round_trip,
+            pooled,
         })
     }
 
@@ -457,12 +463,22 @@ impl Engine for BollardEngine {
             tty: false,
             output_capacity: Some(64 * 1024),
         };
-        match self
+        let started = self
             .docker
             .start_exec(exec_id, Some(options))
             .await
-            .map_err(fail(format!("starting exec {exec_id}")))?
-        {
+            .map_err(fail(format!("starting exec {exec_id}")))?;
+        if self.pooled {
+            // The upgrade took its connection out of the pool: open the
+            // next call's while this exec runs.
+            let docker = self.docker.clone();
+            tokio::spawn(async move {
+                if let Err(err) = docker.ping().await {
+                    tracing::debug!(%err, "warming a connection for the next call failed");
+                }
+            });
+        }
+        match started {
             StartExecResults::Attached { output, .. } => Ok(output
                 .map_ok(|chunk| match chunk {
                     LogOutput::StdErr { message } => (StepStream::Stderr, message),

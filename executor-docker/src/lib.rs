@@ -30,6 +30,7 @@ mod bollard_engine;
 mod dry_run;
 pub mod engine;
 mod executor;
+mod pooled;
 
 use std::sync::Arc;
 use std::time::Duration;
