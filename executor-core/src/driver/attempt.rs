@@ -306,10 +306,13 @@ async fn collect_outputs(
             log.emit(collected_event(0, Some(failure.clone())));
             record.note(failure);
         }
+        // A step can keep its outputs from ever coming back (endless
+        // files, a `tar` it replaced): a timeout, not an engine that did
+        // not answer, so it is not retried (a retry runs every step again).
         Err(_) => {
             let msg = format!("outputs: not collected within {:?}", spec.outputs_timeout);
             log.line(&msg);
-            let failure = Failure::new(FailureKind::Unreachable, msg);
+            let failure = Failure::new(FailureKind::Timeout, msg);
             log.emit(collected_event(0, Some(failure.clone())));
             record.note(failure);
         }

@@ -122,15 +122,49 @@ async fn outputs_that_never_finish_end_at_the_outputs_timeout_and_still_stop() {
     )
     .await;
     assert_valid_result(&result);
-    assert_eq!(result.status, RunStatus::Error);
+    assert_eq!(result.status, RunStatus::Timeout);
     assert_eq!(
         result.error.as_deref(),
         Some("outputs: not collected within 100ms")
     );
     // What ended it is the outputs timeout, named in the record.
     let failure = result.failure.unwrap();
-    assert_eq!(failure.kind, executor_core::FailureKind::Unreachable);
+    assert_eq!(failure.kind, executor_core::FailureKind::Timeout);
+    assert!(!failure.retryable);
     assert_eq!(failure.step, None);
+}
+
+/// A step can keep its outputs from ever coming back (endless files, a
+/// `tar` it replaced): `--retry` runs nothing again for it, since a retry
+/// runs every step again.
+#[tokio::test]
+async fn an_outputs_timeout_is_never_retried() {
+    let out = tempfile::tempdir().unwrap();
+    let mut mock = MockExecutor::new();
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_stop().times(1).returning(|_| Ok(()));
+    let fake = Fake {
+        hang_in_outputs: true,
+        ..Fake::new(mock)
+    };
+    let mut spec = spec(out.path(), &["a"]);
+    spec.outputs_timeout = Duration::from_millis(100);
+    let result = run_with(
+        &fake,
+        &spec,
+        &RunLog::discard(),
+        CancellationToken::new(),
+        &retrying(3),
+    )
+    .await;
+    assert_valid_result(&result);
+    assert_eq!(result.attempts.len(), 1, "{}", result.to_json());
+    assert!(!result.failure.unwrap().retryable);
 }
 
 #[tokio::test]
