@@ -37,12 +37,27 @@ pub struct Framed {
     done: bool,
 }
 
+/// The least an eager frame ([`Framed::eager`]) holds, but the last.
+pub const EAGER_FRAME: usize = 256 << 10;
+
 impl Framed {
     /// A framing reader over `inner`; must be called inside a Tokio runtime.
     pub fn new(inner: impl AsyncRead + Send + Unpin + 'static) -> Self {
+        Framed::with_least(inner, FRAME)
+    }
+
+    /// As [`Framed::new`], but a frame goes as soon as it holds
+    /// [`EAGER_FRAME`] bytes and nothing is queued to send: for a slow
+    /// source (a compressor), whose first 4 MiB would otherwise keep the
+    /// link idle while they are made.
+    pub fn eager(inner: impl AsyncRead + Send + Unpin + 'static) -> Self {
+        Framed::with_least(inner, EAGER_FRAME)
+    }
+
+    fn with_least(inner: impl AsyncRead + Send + Unpin + 'static, least: usize) -> Self {
         // One frame queued while one is sent: at most three in memory.
         let (tx, frames) = tokio::sync::mpsc::channel(1);
-        let filler = tokio::spawn(fill(inner, tx));
+        let filler = tokio::spawn(fill(inner, tx, least));
         Framed {
             frames,
             filler,
@@ -65,12 +80,25 @@ impl Drop for Framed {
 async fn fill(
     mut inner: impl AsyncRead + Unpin,
     tx: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>,
+    least: usize,
 ) {
     use tokio::io::AsyncReadExt;
     loop {
         let mut frame = Vec::with_capacity(FRAME + 16);
-        let mut body = (&mut inner).take(FRAME as u64);
-        let read = body.read_to_end(&mut frame).await;
+        // Full frames, but one of at least `least` bytes goes once
+        // nothing is queued: the sender would otherwise wait for it.
+        let read = loop {
+            let mut body = (&mut inner).take((FRAME - frame.len()) as u64);
+            match body.read_buf(&mut frame).await {
+                Ok(0) => break Ok(frame.len()),
+                Ok(_) if frame.len() >= FRAME => break Ok(frame.len()),
+                Ok(_) if frame.len() >= least && tx.capacity() == tx.max_capacity() => {
+                    break Ok(frame.len())
+                }
+                Ok(_) => {}
+                Err(err) => break Err(err),
+            }
+        };
         let got = match read {
             Ok(got) => got,
             Err(err) => {
@@ -187,5 +215,31 @@ mod tests {
         ) -> Poll<io::Result<()>> {
             Poll::Ready(Err(io::Error::other("the packer failed")))
         }
+    }
+    /// An eager frame goes once it holds enough and nothing is queued,
+    /// though the source has not ended: a compressor's first bytes reach
+    /// the link at once.
+    #[tokio::test]
+    async fn an_eager_frame_goes_before_the_source_ends() {
+        use tokio::io::AsyncWriteExt;
+        let (mut source, rest) = tokio::io::duplex(1 << 20);
+        source.write_all(&vec![7u8; 300 << 10]).await.unwrap();
+        let mut framed = Framed::eager(rest);
+        let mut line = Vec::new();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            let mut byte = [0u8; 1];
+            loop {
+                framed.read_exact(&mut byte).await.unwrap();
+                if byte[0] == b'\n' {
+                    break;
+                }
+                line.push(byte[0]);
+            }
+        })
+        .await;
+        assert!(first.is_ok(), "no frame before the source ended");
+        let n: usize = String::from_utf8(line).unwrap().parse().unwrap();
+        assert!(n >= EAGER_FRAME && n < FRAME, "{n}");
+        drop(source);
     }
 }

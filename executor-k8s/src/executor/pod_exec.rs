@@ -142,7 +142,11 @@ impl K8sExecutor {
             "sh".into(),
         ];
         argv.extend(unpack);
-        let mut framed = crate::framed::Framed::new(pack());
+        let mut framed = if gzip {
+            crate::framed::Framed::eager(pack())
+        } else {
+            crate::framed::Framed::new(pack())
+        };
         self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), what)
             .await
     }
