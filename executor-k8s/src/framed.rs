@@ -239,7 +239,7 @@ mod tests {
         .await;
         assert!(first.is_ok(), "no frame before the source ended");
         let n: usize = String::from_utf8(line).unwrap().parse().unwrap();
-        assert!(n >= EAGER_FRAME && n < FRAME, "{n}");
+        assert!((EAGER_FRAME..FRAME).contains(&n), "{n}");
         drop(source);
     }
 }
