@@ -37,6 +37,10 @@ pub struct KubeconfigSource {
     /// would go unchecked, and anyone on the path could pose as the
     /// cluster and receive the run's checkout and secrets.
     pub insecure_skip_tls_verify: bool,
+    /// Accept a kubeconfig whose server is `http://`. Without it such a
+    /// kubeconfig is refused: its bearer token, and every run's Secret
+    /// and checkout, would cross the network in plain text.
+    pub insecure_plain_http: bool,
 }
 
 /// A cluster reached through kube-rs.
@@ -96,7 +100,9 @@ impl KubeCluster {
     /// # Errors
     /// [`ExecutorError::InvalidInput`] for a kubeconfig that cannot be read or
     /// used (naming `KubeconfigSource::kubeconfig`), or one that skips TLS
-    /// verification without [`KubeconfigSource::insecure_skip_tls_verify`];
+    /// verification without [`KubeconfigSource::insecure_skip_tls_verify`],
+    /// or whose server is plain `http://` without
+    /// [`KubeconfigSource::insecure_plain_http`];
     /// `Backend` of kind `unreachable` when the server does not answer, and a
     /// refusal when it rejects the credentials.
     pub async fn connect(source: &KubeconfigSource) -> Result<Self, ExecutorError> {
@@ -132,7 +138,16 @@ impl KubeCluster {
                  (KubeconfigSource::insecure_skip_tls_verify)"
             )));
         }
-        let tls_unverified = config.accept_invalid_certs;
+        let plain_http = config.cluster_url.scheme_str() == Some("http");
+        if plain_http && !source.insecure_plain_http {
+            return Err(ExecutorError::InvalidInput(format!(
+                "the kubeconfig's cluster {server} is plain http: its credentials, and every \
+                 run's Secret and checkout, would cross the network in plain text, readable and \
+                 changeable by anyone on the path; give the cluster an https:// server, or \
+                 accept the risk explicitly (KubeconfigSource::insecure_plain_http)"
+            )));
+        }
+        let tls_unverified = config.accept_invalid_certs || plain_http;
         let namespace = source
             .namespace
             .clone()

@@ -205,6 +205,11 @@ pub struct K8sArgs {
     /// flag such a kubeconfig is refused.
     #[arg(long)]
     pub insecure_skip_tls_verify: bool,
+    /// Accept a kubeconfig whose server is plain http:// (its token, the
+    /// run's Secret and the checkout cross the network unencrypted; the
+    /// log says so). Without this flag such a kubeconfig is refused.
+    #[arg(long)]
+    pub insecure_plain_http: bool,
     /// CPU request of the run's pod, e.g. 500m.
     #[arg(long)]
     pub cpu_request: Option<String>,

@@ -103,6 +103,7 @@ pub async fn build(
                 context: opts.k8s.context.clone(),
                 namespace: opts.k8s.namespace.clone(),
                 insecure_skip_tls_verify: opts.k8s.insecure_skip_tls_verify,
+                insecure_plain_http: opts.k8s.insecure_plain_http,
             };
             let connected = match K8sExecutor::connect(&source, options).await {
                 Ok(e) => {

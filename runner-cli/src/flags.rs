@@ -21,6 +21,10 @@ const FLAGS: &[(&str, &str)] = &[
         "KubeconfigSource::insecure_skip_tls_verify",
         "--insecure-skip-tls-verify",
     ),
+    (
+        "KubeconfigSource::insecure_plain_http",
+        "--insecure-plain-http",
+    ),
 ];
 
 /// `text` with every library field named as the flag that sets it.

@@ -759,3 +759,41 @@ async fn the_live_proof_passes_as_a_tenant_with_the_documented_role() {
     assert!(cluster.jobs("proof").is_empty() && cluster.secrets("proof").is_empty());
     cluster.shutdown().await;
 }
+
+/// A kubeconfig whose server is plain http is refused before anything is
+/// sent (its token would cross the network in plain text), naming the
+/// flag that accepts it; with the flag, the server is tried.
+#[tokio::test]
+async fn a_plain_http_server_needs_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on port 9 (discard): nothing would answer anyway.
+    let kubeconfig = dir.path().join("plain-http");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"http://127.0.0.1:9\"}}]\n\
+         users: [{name: u, user: {token: plain-text-token}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let refused = example_run(&kubeconfig, "plainhttp", dir.path(), "refused")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("plain http") && stderr.contains("--insecure-plain-http"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("plain-text-token"), "{stderr}");
+    let tried = example_run(&kubeconfig, "plainhttp", dir.path(), "tried")
+        .arg("--insecure-plain-http")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&tried.stderr);
+    assert_eq!(tried.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("did not answer"), "{stderr}");
+}

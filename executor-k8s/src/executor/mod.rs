@@ -252,8 +252,9 @@ impl Executor for K8sExecutor {
         self.check_run_permissions().await?;
         if self.cluster.tls_unverified() {
             log.line(
-                "warning: the API server's certificate is not verified (insecure-skip-tls-verify); \
-                 the checkout and secrets go to whoever answers as the API server",
+                "warning: the API server's certificate is not verified (insecure-skip-tls-verify, \
+                 or a plain http server); the checkout and secrets go to whoever answers as the \
+                 API server",
             );
         }
         // The plan a resume reads back; its digest where no step can change it.
