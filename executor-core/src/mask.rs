@@ -334,7 +334,10 @@ fn forms_of(value: &str) -> Vec<Vec<u8>> {
     }
     add(hex::encode(bytes).into_bytes());
     add(hex::encode_upper(bytes).into_bytes());
-    add(url_encode(bytes));
+    add(url_encode(bytes, b""));
+    if bytes.contains(&b'/') {
+        add(url_encode(bytes, b"/"));
+    }
     forms
 }
 
@@ -355,10 +358,13 @@ fn base64_core(engine: &impl base64::Engine, value: &[u8], align: usize) -> Vec<
 
 /// Percent-encoding of every byte but RFC 3986's unreserved ones, as
 /// `encodeURIComponent` and `urllib.parse.quote` write it.
-fn url_encode(value: &[u8]) -> Vec<u8> {
+/// `value` percent-encoded, every byte but the unreserved ones and `keep`
+/// escaped: `keep` empty as RFC 3986 components are, `/` as Python's
+/// `urllib.parse.quote` and most path encoders leave it.
+fn url_encode(value: &[u8], keep: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len());
     for &b in value {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
             out.push(b);
         } else {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
@@ -488,6 +494,14 @@ mod tests {
             let masked = m.mask_str(&encoded).into_owned();
             assert!(masked.contains(MASK), "{blob:?} -> {encoded} -> {masked}");
         }
+    }
+
+    #[test]
+    fn a_url_path_form_that_keeps_its_slashes_is_masked() {
+        // As Python's urllib.parse.quote writes it: `/` stays, `+` goes.
+        let m = masker();
+        let masked = m.mask_str("url:tok-3f9a/Z%2Bq.").into_owned();
+        assert_eq!(masked, format!("url:{MASK}."));
     }
 
     #[test]

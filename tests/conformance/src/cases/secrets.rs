@@ -14,15 +14,16 @@ const VALUE: &str = "tok-3f9a/Z+q~x7";
 /// as it is, glued to itself and to other text, split by a pause into two
 /// writes, a byte at a time, inside a larger base64 blob in both
 /// alphabets (encoded by the environment's own `base64`), in hex and
-/// URL-encoded. A step named after the value puts it in runner lines and
-/// the result. The log shows
-/// `[MASKED]` where each went and none of the forms; the value is on no
-/// process's command line in the environment; a step's own variables
-/// reach that step only.
+/// URL-encoded (with `/` escaped and kept). A step named after the value
+/// puts it in runner lines and the result. The log shows `[MASKED]` where
+/// each went and none of the forms; the value is on no process's command
+/// line in the environment; a step's own variables reach that step only.
 pub async fn secrets_are_masked_in_every_form(backend: &dyn Backend) {
     let fx = Fixture::new("secrets");
     let hex = hex::encode(VALUE);
     let url = "tok-3f9a%2FZ%2Bq~x7";
+    // Python's urllib.parse.quote keeps `/`.
+    let url_path = "tok-3f9a/Z%2Bq~x7";
     let (head, tail) = VALUE.split_at(7);
     let script = format!(
         r#"echo "plain:$DEPLOY_TOKEN."
@@ -37,6 +38,7 @@ printf 'user:%s@host' "$DEPLOY_TOKEN" | base64
 printf 'user:%s@host' "$DEPLOY_TOKEN" | base64 | tr '+/' '-_'
 echo "hex:{hex}"
 echo "url:{url}"
+echo "urlpath:{url_path}"
 echo "half:{head}"
 printf %s "$DEPLOY_TOKEN" > "$WORK_DIR/.pattern"
 if cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -qF -f "$WORK_DIR/.pattern"; then
@@ -79,6 +81,7 @@ echo "second step sees a token of ${#DEPLOY_TOKEN} characters""#,
         ("the value", VALUE.to_string()),
         ("hex", hex.clone()),
         ("URL-encoding", url.to_string()),
+        ("URL-encoding that keeps /", url_path.to_string()),
         ("the base64 blob", blob),
         ("the URL-safe base64 blob", url_safe_blob),
     ] {
