@@ -57,13 +57,18 @@ pub struct Reattached {
     pub plan: RunPlan,
 }
 
+/// How long [`read_plan`] waits for the plan: a few KiB, which outlasts a
+/// short outage of the engine but not a tool a step made hang.
+pub const PLAN_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Reads the plan a backend wrote into `state_dir` ([`PLAN_DIR`]) of the
 /// environment `handle`, through `executor`'s own `copy_out`, and checks
 /// it against `digest` (the backend's [`PLAN_DIGEST_KEY`]).
 ///
 /// # Errors
 /// `InvalidInput` when the plan is missing, too large, changed or not a
-/// plan; `copy_out`'s errors as they are.
+/// plan, or does not come back within [`PLAN_READ_TIMEOUT`];
+/// `copy_out`'s errors as they are.
 pub async fn read_plan(
     executor: &dyn Executor,
     handle: &RunHandle,
@@ -77,7 +82,26 @@ pub async fn read_plan(
         max_bytes: MAX_PLAN_BYTES,
         ..UnpackLimits::default()
     };
-    executor.copy_out(handle, &dir, host.path(), limits).await?;
+    // The copy runs the environment's own tools, which a step may have
+    // replaced with one that never ends: resume must not wait for it.
+    match tokio::time::timeout(
+        PLAN_READ_TIMEOUT,
+        executor.copy_out(handle, &dir, host.path(), limits),
+    )
+    .await
+    {
+        Ok(copied) => {
+            copied?;
+        }
+        Err(_) => {
+            return Err(ExecutorError::InvalidInput(format!(
+                "the run's plan ({dir}/{PLAN_FILE}) did not come back from its environment within \
+                 {}s: its tools may have been replaced by a step; the run is not resumed (stop it \
+                 with cleanup)",
+                PLAN_READ_TIMEOUT.as_secs()
+            )))
+        }
+    }
     let path = host.path().join(PLAN_FILE);
     let json = std::fs::read(&path).map_err(|e| {
         ExecutorError::InvalidInput(format!(

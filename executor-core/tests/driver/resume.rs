@@ -172,3 +172,28 @@ async fn a_run_killed_after_a_failed_step_resumes_to_failed() {
     assert_eq!(failure.kind, FailureKind::Step);
     assert!(failure.message.contains("broken"), "{}", failure.message);
 }
+
+/// Reading the plan back runs the environment's own tools, which a step
+/// may have made hang: resume gives up after its deadline, naming why,
+/// instead of waiting for the environment's own end.
+#[tokio::test(start_paused = true)]
+async fn a_plan_that_never_comes_back_refuses_the_resume_at_its_deadline() {
+    let mut mock = MockExecutor::new();
+    mock.expect_copy_out().times(0);
+    let fake = Fake {
+        hang_in_outputs: true,
+        ..Fake::new(mock)
+    };
+    // The fake hangs in a copy of the handle's outputs folder: here, the
+    // plan's folder.
+    let mut handle = handle();
+    handle.outputs_dir = format!("/.knotless/{}", executor_core::resume::PLAN_DIR);
+    let began = tokio::time::Instant::now();
+    let read = executor_core::resume::read_plan(&fake, &handle, "/.knotless", "digest");
+    let err = tokio::time::timeout(executor_core::resume::PLAN_READ_TIMEOUT * 2, read)
+        .await
+        .expect("resume waited on past the plan's deadline")
+        .unwrap_err();
+    assert!(err.to_string().contains("did not come back"), "{err}");
+    assert_eq!(began.elapsed(), executor_core::resume::PLAN_READ_TIMEOUT);
+}
