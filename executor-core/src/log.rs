@@ -176,7 +176,9 @@ impl RunLog {
     /// beside it would land in `/dev`.
     ///
     /// # Errors
-    /// The error of creating `path` or its mark.
+    /// The error of creating `path` or its mark; `WouldBlock` naming the
+    /// process that owns the log now ([`lock_path`](crate::resume::lock_path)),
+    /// whose run it is.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -184,6 +186,8 @@ impl RunLog {
     /// let dir = tempfile::tempdir().unwrap();
     /// let path = dir.path().join("run.log");
     /// let log = executor_core::RunLog::create_resumable(&path).unwrap();
+    /// // One process owns a run's log at a time.
+    /// assert!(executor_core::RunLog::resume(&path).is_err());
     /// log.line("hello");
     /// assert!(log.flush(std::time::Duration::from_secs(5)).await);
     /// let mark = executor_core::resume::Mark::read(&path).unwrap();
@@ -191,16 +195,24 @@ impl RunLog {
     /// # }
     /// ```
     pub fn create_resumable(path: &Path) -> io::Result<Self> {
-        let file = File::create(path)?;
+        // Not cut before it is this process's: another runner may own it.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
         if !file.metadata()?.is_file() {
             return Ok(Self::new(file));
         }
+        let owner = crate::resume::owner::Owner::take(path)?;
+        file.set_len(0)?;
         let mark = MarkFile::create(
             path,
             Mark {
                 at_line_start: true,
                 ..Mark::default()
             },
+            owner,
         )?;
         Ok(Self::threaded(file, Some(mark)))
     }
@@ -213,11 +225,15 @@ impl RunLog {
     /// # Errors
     /// `NotFound` for a log without a mark (not made by
     /// [`RunLog::create_resumable`]); `InvalidData` for a mark that
-    /// cannot be read or a log shorter than its mark says; the error of
-    /// opening the log.
+    /// cannot be read or a log shorter than its mark says; `WouldBlock`
+    /// naming the process that owns the log, while it lives (a runner that
+    /// is only stopped still does); the error of opening the log.
     pub fn resume(path: &Path) -> io::Result<(Self, Mark)> {
         let mark = Mark::read(path)?;
         let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        // Refused while the runner that wrote it lives, stopped or not:
+        // its next write would tear the log this one carries on.
+        let owner = crate::resume::owner::Owner::take(path)?;
         let len = file.metadata()?.len();
         if len < mark.log_len {
             return Err(io::Error::new(
@@ -232,7 +248,7 @@ impl RunLog {
         file.set_len(mark.log_len)?;
         let mut file = file;
         io::Seek::seek(&mut file, io::SeekFrom::End(0))?;
-        let marked = MarkFile::create(path, mark.clone())?;
+        let marked = MarkFile::create(path, mark.clone(), owner)?;
         let log = Self::threaded(file, Some(marked));
         {
             let mut inner = log.lock();

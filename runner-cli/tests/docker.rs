@@ -508,7 +508,39 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
         line.clear();
         assert!(std::io::BufRead::read_line(&mut events, &mut line).unwrap() > 0);
     }
-    child.kill().unwrap(); // SIGKILL, mid-step
+    // Only stopped (SIGSTOP, a paused VM), the runner still owns its run:
+    // a resume is refused, naming it, and leaves the log as it is.
+    let pid = child.id().to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let log_before = std::fs::read(&log).unwrap();
+    let refused = cli()
+        .args(["resume", "--executor", "docker", "--name", "resumed"])
+        .args(["--runner", &runner, "--secret", "TOKEN"])
+        .arg("--log")
+        .arg(&log)
+        .arg("--outputs")
+        .arg(&outputs)
+        .arg("--result")
+        .arg(dir.path().join("refused.json"))
+        .env("TOKEN", token)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("held by runner process {pid}")),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        log_before,
+        "the log was touched"
+    );
+    child.kill().unwrap(); // SIGKILL, mid-step (a stopped process dies too)
     child.wait().unwrap();
 
     // The events file of a runner killed mid-line: resume ends the line.

@@ -164,11 +164,14 @@ pub(crate) struct MarkFile {
     pub(crate) mark: Mark,
     dirty: bool,
     buf: Vec<u8>,
+    /// This process's hold on the run, for as long as the mark is kept.
+    _owner: super::owner::Owner,
 }
 
 impl MarkFile {
-    /// The mark file of the log at `log`, holding `mark` from now on.
-    pub(crate) fn create(log: &Path, mark: Mark) -> io::Result<Self> {
+    /// The mark file of the log at `log`, holding `mark` from now on, kept
+    /// by `owner`.
+    pub(crate) fn create(log: &Path, mark: Mark, owner: super::owner::Owner) -> io::Result<Self> {
         // Never cut: a runner killed between a cut and the first write
         // would leave no mark at all. An older, longer mark's tail after
         // the new one is never read.
@@ -182,6 +185,7 @@ impl MarkFile {
             mark,
             dirty: true,
             buf: Vec::new(),
+            _owner: owner,
         };
         made.save()?;
         Ok(made)

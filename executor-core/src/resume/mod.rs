@@ -39,10 +39,12 @@
 //! ```
 
 pub(crate) mod mark;
+pub(crate) mod owner;
 mod plan;
 
 pub use crate::driver::resume_with;
 pub use mark::{mark_path, Mark, RunningStep};
+pub use owner::lock_path;
 pub use plan::{PlannedStep, RunPlan, MAX_PLAN_BYTES, PLAN_DIGEST_KEY, PLAN_DIR, PLAN_FILE};
 
 use crate::tar::UnpackLimits;
