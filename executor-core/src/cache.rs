@@ -148,7 +148,10 @@ pub enum Trust {
 }
 
 /// The host side of every cache: one folder per key under `dir`; the
-/// saves of untrusted runs under `dir/.untrusted`.
+/// saves of untrusted runs under `dir/.untrusted`. Seen for a runner
+/// ([`CacheStore::for_runner`], as the driver sees it), both are under
+/// `dir/runners/ID`, ID a digest of the runner's DID: runners that share
+/// a cache folder never read or overwrite each other's caches.
 #[derive(Debug, Clone)]
 pub struct CacheStore {
     dir: PathBuf,
@@ -235,6 +238,31 @@ impl CacheStore {
             trust,
             ..self.clone()
         }
+    }
+
+    /// The same store seen for the runner `did`: its own folder, named by
+    /// a digest of the DID as it is (never a sanitised form two DIDs could
+    /// share), so another runner's caches are neither read nor replaced.
+    ///
+    /// ```
+    /// use executor_core::CacheStore;
+    /// let store = CacheStore::new("/var/cache/ci", 1 << 30);
+    /// let a = store.for_runner("did:plc:a");
+    /// assert_ne!(a.dir(), store.for_runner("did:plc:b").dir());
+    /// assert!(a.dir().starts_with("/var/cache/ci/runners"));
+    /// ```
+    pub fn for_runner(&self, did: &str) -> CacheStore {
+        use sha2::Digest;
+        let id = hex::encode(&sha2::Sha256::digest(did.as_bytes())[..16]);
+        CacheStore {
+            dir: self.dir.join("runners").join(id),
+            ..self.clone()
+        }
+    }
+
+    /// The folder this view of the store keeps its caches in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The namespace this view of the store reads and writes.

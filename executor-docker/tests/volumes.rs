@@ -25,8 +25,11 @@ async fn an_absolute_cache_is_a_volume_that_keeps_the_image_content() {
         if [ -f /bin/knotless-cache ]; then echo "warm: $(cat /bin/knotless-cache)"; else echo cold; fi
         echo "$RUN" > /bin/knotless-cache
     "#;
+    // One runner: a runner's caches are its own.
+    let runner = Fixture::new("cachevol").runner;
     for (run, expect) in [("one", "cold"), ("two", "warm: one")] {
-        let fx = Fixture::new("cachevol");
+        let mut fx = Fixture::new("cachevol");
+        fx.runner = runner.clone();
         let mut spec = fx
             .spec(&backend, run)
             .step(Step::new("use", script))

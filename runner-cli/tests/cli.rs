@@ -674,12 +674,41 @@ fn caches_are_cold_then_warm_across_runs() {
     assert!(case.log().contains("warm-cache"), "{}", case.log());
     assert!(case.result().caches[0].hit);
 
+    // Another runner sharing the cache folder neither reads this one's
+    // cache nor replaces it.
+    let out = case
+        .run(
+            steps,
+            &[
+                "--cache",
+                "deps=.c",
+                "--cache-dir",
+                &cache_dir,
+                "--runner",
+                "did:plc:cli-test-other",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(case.log().contains("cold-cache"), "{}", case.log());
+    let out = case
+        .run(steps, &["--cache", "deps=.c", "--cache-dir", &cache_dir])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(case.log().contains("warm-cache"), "{}", case.log());
+
     for bad in ["../up=.c", "=.c", "deps"] {
         let out = case.run(steps, &["--cache", bad]).output().unwrap();
         assert_eq!(code(&out), 2, "{bad}");
     }
     // A dry-run shows the cache calls and leaves the host copy alone.
-    let before = std::fs::read_link(caches.join("deps/current")).unwrap();
+    let own = executor_core::CacheStore::new(&caches, u64::MAX)
+        .for_runner("did:plc:cli-test")
+        .dir()
+        .to_path_buf();
+    let before = std::fs::read_link(own.join("deps/current")).unwrap();
     let out = case
         .run(
             steps,
@@ -691,7 +720,7 @@ fn caches_are_cold_then_warm_across_runs() {
     let plan = String::from_utf8_lossy(&out.stdout);
     assert!(plan.matches("/work/.c").count() >= 2, "{plan}");
     assert_eq!(
-        std::fs::read_link(caches.join("deps/current")).unwrap(),
+        std::fs::read_link(own.join("deps/current")).unwrap(),
         before
     );
 

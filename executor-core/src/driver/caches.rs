@@ -46,7 +46,7 @@ pub(super) async fn restore_caches(
             results.push(r);
             continue;
         };
-        let own = store.namespace(spec.trust);
+        let own = store.for_runner(&spec.runner).namespace(spec.trust);
         r.namespace = spec.trust;
         match own.restorable(&cache.key) {
             Ok(None) => {
@@ -115,7 +115,7 @@ pub(super) async fn save_caches(
 ) {
     let Some(store) = &options.caches else { return };
     for (cache, r) in spec.caches.iter().zip(results.iter_mut()) {
-        let store = store.namespace(spec.trust);
+        let store = store.for_runner(&spec.runner).namespace(spec.trust);
         let pending = match store.begin_save(&cache.key) {
             Ok(p) => p,
             Err(err) => {

@@ -30,9 +30,25 @@ fn cached_spec(backend: &dyn Backend, fx: &Fixture, name: &str, step: Step) -> R
     spec
 }
 
+/// A fixture of `case` run by `runner`: a runner's caches are its own, so
+/// the runs of a case that share a cache share a runner.
+fn fixture_of(case: &str, runner: &str) -> Fixture {
+    let mut fx = Fixture::new(case);
+    fx.runner = runner.to_string();
+    fx
+}
+
+/// `file` of the conformance cache's current copy: the one runner a case
+/// has keeps its caches in a folder of its own under the store.
 fn stored(store: &CacheStore, file: &str) -> Option<String> {
-    let (dir, _guard) = store.current("conformance").ok()??;
-    std::fs::read_to_string(dir.join(file)).ok()
+    let runners = std::fs::read_dir(store.dir().join("runners")).ok()?;
+    for runner in runners.filter_map(Result::ok) {
+        let own = CacheStore::new(runner.path(), store.max_bytes);
+        if let Some((dir, _guard)) = own.current("conformance").ok()? {
+            return std::fs::read_to_string(dir.join(file)).ok();
+        }
+    }
+    None
 }
 
 const USE_CACHE: &str = r#"
@@ -57,7 +73,7 @@ pub async fn cache_cold_then_warm(backend: &dyn Backend) {
     assert_eq!(stored(&store, "built").as_deref(), Some("v1\n"));
     assert_nothing_left(backend, &fx.runner).await;
 
-    let fx = Fixture::new("cachewarm");
+    let fx = fixture_of("cachewarm", &fx.runner);
     let spec =
         cached_spec(backend, &fx, "cache-warm", Step::new("use", USE_CACHE)).env("VERSION", "v2");
     let (result, log) = run_with_caches(backend, &spec, &store).await;
@@ -70,8 +86,8 @@ pub async fn cache_cold_then_warm(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 }
 
-async fn seed(backend: &dyn Backend, store: &CacheStore) {
-    let fx = Fixture::new("cacheseed");
+async fn seed(backend: &dyn Backend, store: &CacheStore, runner: &str) {
+    let fx = fixture_of("cacheseed", runner);
     let spec = cached_spec(backend, &fx, "cache-seed", Step::new("use", USE_CACHE));
     let (result, _) = run_with_caches(backend, &spec, store).await;
     assert_eq!(result.status, RunStatus::Success);
@@ -81,8 +97,8 @@ async fn seed(backend: &dyn Backend, store: &CacheStore) {
 /// A failed run never saves its cache: a broken build must not poison it.
 pub async fn cache_not_saved_after_failure(backend: &dyn Backend) {
     let (_keep, store) = store();
-    seed(backend, &store).await;
     let fx = Fixture::new("cachefail");
+    seed(backend, &store, &fx.runner).await;
     let spec = cached_spec(
         backend,
         &fx,
@@ -105,8 +121,8 @@ pub async fn cache_not_saved_after_failure(backend: &dyn Backend) {
 /// old copy and its save lands whole.
 pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
     let (_keep, store) = store();
-    seed(backend, &store).await;
     let fx = Fixture::new("cachecrash");
+    seed(backend, &store, &fx.runner).await;
     let spec = fx.spec(backend, "cache-crash");
     let executor = backend.executor();
     let handle = bounded(executor.start(&spec, &RunLog::discard(), CancellationToken::new()))
@@ -133,6 +149,7 @@ pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
         "{outcome:?}"
     );
     let pending = store
+        .for_runner(&fx.runner)
         .begin_save("conformance")
         .unwrap_or_else(|e| panic!("{e}"));
     let path = cache().resolve(&handle.work_dir);
@@ -156,7 +173,7 @@ pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
         .unwrap_or_else(|e| panic!("stop: {e}"));
     assert_nothing_left(backend, &fx.runner).await;
 
-    let fx = Fixture::new("cacheafter");
+    let fx = fixture_of("cacheafter", &fx.runner);
     let spec =
         cached_spec(backend, &fx, "cache-after", Step::new("use", USE_CACHE)).env("VERSION", "v3");
     let (result, log) = run_with_caches(backend, &spec, &store).await;
@@ -172,8 +189,8 @@ pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
 /// one is refused and the old copy stays; the run itself still succeeds.
 pub async fn hostile_cache_is_refused(backend: &dyn Backend) {
     let (_keep, store) = store();
-    seed(backend, &store).await;
     let fx = Fixture::new("cachehostile");
+    seed(backend, &store, &fx.runner).await;
     let spec = cached_spec(
         backend,
         &fx,
@@ -197,9 +214,9 @@ pub async fn hostile_cache_is_refused(backend: &dyn Backend) {
 /// A cache over the limit is not saved, with a warning; the old copy stays.
 pub async fn oversized_cache_is_not_saved(backend: &dyn Backend) {
     let (_keep, mut store) = store();
-    seed(backend, &store).await;
-    store.max_bytes = 1000;
     let fx = Fixture::new("cachebig");
+    seed(backend, &store, &fx.runner).await;
+    store.max_bytes = 1000;
     let spec = cached_spec(
         backend,
         &fx,
@@ -222,7 +239,8 @@ pub async fn oversized_cache_is_not_saved(backend: &dyn Backend) {
 /// Two runs saving the same key at once leave one whole copy, not a mix.
 pub async fn concurrent_saves_never_mix(backend: &dyn Backend) {
     let (_keep, store) = store();
-    let (a, b) = (Fixture::new("cachea"), Fixture::new("cacheb"));
+    let a = Fixture::new("cachea");
+    let b = fixture_of("cacheb", &a.runner);
     let spec = |fx: &Fixture, who: &str| {
         let write = format!(
             "mkdir -p .cache-dir && for f in 1 2 3 4 5; do echo {who} > .cache-dir/$f; done"

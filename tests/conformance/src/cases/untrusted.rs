@@ -90,8 +90,11 @@ pub async fn untrusted_saves_never_reach_trusted_runs(backend: &dyn Backend) {
         path: ".cache-dir".into(),
     };
     let read = "if [ -f .cache-dir/tool ]; then echo \"restored: $(cat .cache-dir/tool)\"; fi";
+    // One runner: a runner's caches are its own.
+    let runner = Fixture::new("trust").runner;
     let run = |name: &str, trust: Trust, script: String| {
-        let fx = Fixture::new(name);
+        let mut fx = Fixture::new(name);
+        fx.runner = runner.clone();
         let mut spec = fx.spec(backend, name).step(Step::new("use", script));
         spec.caches = vec![cache.clone()];
         spec.trust = trust;
