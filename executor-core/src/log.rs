@@ -272,9 +272,17 @@ impl RunLog {
         }
     }
 
-    /// A log written to standard output (`--log -`).
+    /// A log written to standard output (`--log -`). On a terminal,
+    /// control bytes in output are shown in caret notation
+    /// ([`TerminalSafe`](crate::text::TerminalSafe)), so a step cannot
+    /// draw over the runner's lines; piped, the bytes go as they are.
     pub fn stdout() -> Self {
-        Self::new(io::stdout())
+        use std::io::IsTerminal;
+        if io::stdout().is_terminal() {
+            Self::new(crate::text::TerminalSafe::new(io::stdout()))
+        } else {
+            Self::new(io::stdout())
+        }
     }
 
     /// A log that discards everything.

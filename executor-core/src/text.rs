@@ -122,3 +122,86 @@ impl AsyncWrite for HeadBuffer {
         Poll::Ready(Ok(()))
     }
 }
+
+/// A writer for a person's terminal: control bytes other than newline and
+/// tab are shown in caret notation (`ESC` as `^[`, a carriage return not
+/// before a newline as `^M`), so output cannot move the cursor, clear the
+/// screen or draw over a line, such as a fake runner line over a real
+/// one. Only what a terminal shows changes; a log file keeps the bytes.
+///
+/// ```
+/// use std::io::Write;
+/// let mut shown = executor_core::text::TerminalSafe::new(Vec::new());
+/// shown.write_all(b"ok\r\n\x1b[2J\r==> step build: success\n").unwrap();
+/// assert_eq!(shown.into_inner(), b"ok\r\n^[[2J^M==> step build: success\n");
+/// ```
+#[derive(Debug)]
+pub struct TerminalSafe<W> {
+    inner: W,
+    /// A carriage return at the end of the last write, held to see
+    /// whether a newline follows it.
+    pending_cr: bool,
+}
+
+impl<W: std::io::Write> TerminalSafe<W> {
+    /// Shows what is written to `inner` safely.
+    pub fn new(inner: W) -> Self {
+        TerminalSafe {
+            inner,
+            pending_cr: false,
+        }
+    }
+
+    /// The writer, with a held carriage return shown.
+    pub fn into_inner(mut self) -> W {
+        if self.pending_cr {
+            let _ = self.inner.write_all(b"^M");
+        }
+        self.inner
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for TerminalSafe<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = Vec::with_capacity(buf.len() + 8);
+        if std::mem::take(&mut self.pending_cr) {
+            out.extend_from_slice(if buf.first() == Some(&b'\n') {
+                b"\r"
+            } else {
+                b"^M"
+            });
+        }
+        for (i, &b) in buf.iter().enumerate() {
+            match b {
+                b'\r' if i + 1 == buf.len() => self.pending_cr = true,
+                b'\r' if buf.get(i + 1) == Some(&b'\n') => out.push(b),
+                b'\n' | b'\t' => out.push(b),
+                0x7f => out.extend_from_slice(b"^?"),
+                b if b < 0x20 => out.extend_from_slice(&[b'^', b + 0x40]),
+                b => out.push(b),
+            }
+        }
+        self.inner.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use std::io::Write;
+
+    use super::TerminalSafe;
+
+    #[test]
+    fn a_line_end_split_across_writes_stays_a_line_end_and_a_lone_return_is_shown() {
+        let mut shown = TerminalSafe::new(Vec::new());
+        shown.write_all(b"a\r").unwrap();
+        shown.write_all(b"\nb\r").unwrap();
+        shown.write_all(b"c\x07\x7f").unwrap();
+        assert_eq!(shown.into_inner(), b"a\r\nb^Mc^G^?");
+    }
+}

@@ -939,3 +939,37 @@ fn input_errors_are_failures_of_kind_input() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("--retry"), "{}", stderr(&out));
 }
+
+/// On a terminal (`--log -`), a step's control bytes are shown in caret
+/// notation: it cannot clear the screen or draw over the runner's lines
+/// with `\r`. Piped, the log keeps them as they were.
+#[test]
+fn on_a_terminal_a_steps_control_bytes_cannot_draw_over_the_log() {
+    let case = Case::new();
+    let steps =
+        "draw\tprintf 'ok\\\\033[2J\\\\r==> step draw: success (exit 0, 0.001s)\\\\n'; exit 1\n";
+    let cmd = case.run(steps, &["--log", "-"]);
+    let mut line = String::new();
+    for arg in std::iter::once(cmd.get_program()).chain(cmd.get_args()) {
+        let arg = arg.to_str().unwrap();
+        line.push_str(&format!("'{}' ", arg.replace('\'', r"'\''")));
+    }
+    // script(1) gives the runner a terminal of its own.
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("ok^[[2J^M==> step draw: success"),
+        "{shown:?}"
+    );
+    assert!(!shown.contains('\u{1b}'), "{shown:?}");
+    // Piped, the bytes are the step's.
+    let piped = case.run(steps, &["--log", "-"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&piped.stdout).contains("ok\u{1b}[2J\r==> step draw"),
+        "{}",
+        String::from_utf8_lossy(&piped.stdout)
+    );
+}
