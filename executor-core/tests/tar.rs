@@ -535,3 +535,70 @@ async fn pack_order_is_sorted_and_stable_across_small_and_streamed_files() {
     }
     assert_eq!(names, ["a", "b", "c", "d", "e", "g", "e/f"]);
 }
+
+/// A PAX header setting the next entry's path to `path` (any bytes).
+fn pax_path(path: &[u8]) -> Vec<u8> {
+    let body_len = " path=".len() + path.len() + 1;
+    // The record's length counts its own digits.
+    let mut len = body_len + 1;
+    while len.to_string().len() + body_len != len {
+        len += 1;
+    }
+    let mut record = format!("{len} path=").into_bytes();
+    record.extend_from_slice(path);
+    record.push(b'\n');
+    raw_entry("pax", b'x', "", &record)
+}
+
+fn long_name(kind: u8, name: &str) -> Vec<u8> {
+    let mut bytes = name.as_bytes().to_vec();
+    bytes.push(0);
+    raw_entry("././@LongLink", kind, "", &bytes)
+}
+
+#[tokio::test]
+async fn names_the_host_cannot_hold_refuse_only_their_entry() {
+    let deep = vec!["d".repeat(200); 25].join("/");
+    let entries = [
+        pax_path(b"nul\0inside"),
+        raw_entry("placeholder", b'0', "", b"x"),
+        long_name(b'L', &format!("{}/f", "n".repeat(300))),
+        raw_entry("placeholder", b'0', "", b"x"),
+        long_name(b'L', &format!("{deep}/f")),
+        raw_entry("placeholder", b'0', "", b"x"),
+        long_name(b'K', &"t/".repeat(2500)),
+        raw_entry("long-target", b'2', "", b""),
+        raw_entry("after", b'0', "", b"arrived"),
+    ];
+    let dest = tempfile::tempdir().unwrap();
+    let summary = unpack_untrusted(&archive(&entries)[..], dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(summary.refused_count, 4, "{:?}", summary.refused);
+    assert!(
+        summary.refused[0].reason.contains("NUL"),
+        "{:?}",
+        summary.refused
+    );
+    assert_eq!(
+        std::fs::read(dest.path().join("after")).unwrap(),
+        b"arrived"
+    );
+}
+
+#[tokio::test]
+async fn a_hard_link_to_itself_keeps_the_file() {
+    let entries = [
+        raw_entry("f", b'0', "", b"kept"),
+        raw_entry("f", b'1', "f", b""),
+        raw_entry("after", b'0', "", b"arrived"),
+    ];
+    let dest = tempfile::tempdir().unwrap();
+    let summary = unpack_untrusted(&archive(&entries)[..], dest.path(), UnpackLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(dest.path().join("f")).unwrap(), b"kept");
+    assert_eq!(summary.refused.len(), 1);
+    assert!(summary.refused[0].reason.contains("itself"));
+    assert!(dest.path().join("after").exists());
+}

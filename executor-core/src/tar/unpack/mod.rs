@@ -6,6 +6,7 @@
 //! fed batches of work through a bounded queue.
 
 mod read;
+mod record;
 mod write;
 
 use std::io;

@@ -106,6 +106,12 @@ pub(super) async fn read_entries<R: AsyncRead + Unpin>(
                 raw: raw.clone(),
                 reason,
             };
+            // No host path can hold a NUL; it would fail the write, and
+            // its lossy rendering would hide it.
+            if raw_bytes.contains(&0) || link_bytes.as_ref().is_some_and(|l| l.contains(&0)) {
+                ops.send(refuse("the name holds a NUL byte".into())).await?;
+                continue;
+            }
             let forbidden = |kind: &'static str| UnpackError::Forbidden {
                 entry: raw.clone(),
                 kind,

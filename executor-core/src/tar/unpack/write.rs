@@ -1,7 +1,6 @@
 //! Every filesystem write of one unpack, in archive order, on one blocking
 //! thread; refused entries are recorded, not written.
 
-use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -12,10 +11,24 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::record::{Capped, Forgetful, Keys, PathKey};
 use super::{Op, UnpackError, UnpackSummary};
 
 /// How many links one resolution may follow, as the kernel's `ELOOP`.
 const MAX_HOPS: usize = 40;
+/// How many path parts one resolution may walk, links' targets included:
+/// a link target is at most 4,095 bytes, so a real one walks far fewer,
+/// and a walk past this is refused rather than followed at any cost.
+const MAX_WALK: usize = 4096;
+/// How many paths links may pass through, in all: each is kept for the
+/// whole unpack (8 bytes and the set's overhead), so this bounds the
+/// record at about 10 MiB (twice that while it grows), and a link that
+/// would pass it is refused. 250 links of the longest target Linux holds
+/// fit, and far more of any real length.
+const MAX_TRAVERSED: usize = 1 << 19;
+/// How many facts about folders and missing paths are cached before the
+/// cache starts over; forgetting one costs a `stat`, never a wrong answer.
+const MAX_CACHED: usize = 1 << 16;
 
 /// The file being written.
 struct OpenFile {
@@ -45,12 +58,17 @@ pub(super) struct Writer {
     /// Things created so far (entries and implied folders), against `max_entries`.
     created: u64,
     max_entries: u64,
-    /// Folders (relative) already checked to be real folders, not links.
-    safe_dirs: HashSet<PathBuf>,
+    keys: Keys,
+    /// Paths already checked to be real folders, not links. A folder is
+    /// never replaced by this writer, so this stays true.
+    safe_dirs: Forgetful,
+    /// Paths checked to be missing or a file: nothing exists below them.
+    /// A link or folder made at one removes it.
+    not_folders: Forgetful,
     /// Every path an unpacked link's target passes through (not its last
     /// component): a link created there later would change where that
     /// earlier link points, after it was checked.
-    traversed: HashSet<PathBuf>,
+    traversed: Capped,
     file: Option<OpenFile>,
     stop: Arc<AtomicBool>,
 }
@@ -62,8 +80,10 @@ impl Writer {
             summary: UnpackSummary::default(),
             created: 0,
             max_entries,
-            safe_dirs: HashSet::new(),
-            traversed: HashSet::new(),
+            keys: Keys::new(),
+            safe_dirs: Forgetful::new(MAX_CACHED),
+            not_folders: Forgetful::new(MAX_CACHED),
+            traversed: Capped::new(MAX_TRAVERSED),
             file: None,
             stop,
         }
@@ -103,9 +123,16 @@ impl Writer {
         Ok(self.summary)
     }
 
+    /// A failed write of the entry `raw`: a name the host cannot hold
+    /// (too long, or with a NUL) refuses that entry only; anything else
+    /// (a full disk, a lost permission) ends the unpack.
     fn io_err(&self, raw: &str) -> impl Fn(io::Error) -> Skip + '_ {
         let raw = raw.to_string();
         move |source| {
+            let name_too_long = source.raw_os_error() == Some(nix::libc::ENAMETOOLONG);
+            if name_too_long || source.kind() == io::ErrorKind::InvalidInput {
+                return Skip::Refused(format!("the host cannot hold this name: {source}"));
+            }
             Skip::Failed(UnpackError::Io {
                 dest: self.dest.clone(),
                 source: io::Error::new(source.kind(), format!("{raw}: {source}")),
@@ -168,7 +195,8 @@ impl Writer {
             }
             Op::Symlink { rel, raw, link } => {
                 self.ensure_parent(&rel)?;
-                if self.traversed.contains(&rel) {
+                let key = self.keys.of(&rel);
+                if self.traversed.contains(&key) {
                     return Err(Skip::Refused(format!(
                         "an earlier link points through {}; a link there would move it",
                         rel.display()
@@ -176,13 +204,19 @@ impl Writer {
                 }
                 self.replaceable(&rel)?;
                 let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-                let passes = resolve_inside(&self.dest, &parent, &link).map_err(|why| {
+                let passes = self.resolve_inside(&parent, &link).map_err(|why| {
                     Skip::Refused(format!("symlink to {}: {why}", link.display()))
                 })?;
+                if !self.traversed.has_room_for(passes.len()) {
+                    return Err(Skip::Refused(format!(
+                        "links already pass through {MAX_TRAVERSED} paths, as many as are checked"
+                    )));
+                }
                 self.count()?;
                 let target = self.dest.join(&rel);
                 remove_non_dir(&target).map_err(self.io_err(&raw))?;
                 std::os::unix::fs::symlink(&link, &target).map_err(self.io_err(&raw))?;
+                self.not_folders.remove(&key);
                 self.traversed.extend(passes);
                 self.summary.symlinks += 1;
                 Ok(())
@@ -193,6 +227,10 @@ impl Writer {
                 source,
                 shown,
             } => {
+                if source == rel {
+                    // Replacing the file by a link to itself would delete it.
+                    return Err(Skip::Refused("hard link to itself".into()));
+                }
                 self.ensure_parent(&rel)?;
                 if let Some(p) = source.parent() {
                     self.ensure_dir(p)?;
@@ -240,88 +278,143 @@ impl Writer {
     /// Makes sure every component of `rel` is a real folder (created if
     /// missing), never a symlink, so no later write can go through a link.
     fn ensure_dir(&mut self, rel: &Path) -> Result<(), Skip> {
-        let mut prefix = PathBuf::new();
-        for part in rel.components() {
-            prefix.push(part);
-            if self.safe_dirs.contains(&prefix) {
+        let mut key = PathKey::default();
+        let mut abs = self.dest.clone();
+        // Below a folder just made, nothing exists yet: no need to look.
+        let mut made = false;
+        for part in rel.iter() {
+            key = self.keys.child(key, part);
+            abs.push(part);
+            if self.safe_dirs.contains(&key) {
                 continue;
             }
-            let abs = self.dest.join(&prefix);
-            match std::fs::symlink_metadata(&abs) {
-                Ok(meta) if meta.file_type().is_dir() => {}
-                Ok(meta) if meta.file_type().is_symlink() => {
+            let found = if made {
+                None
+            } else {
+                std::fs::symlink_metadata(&abs).ok()
+            };
+            match found {
+                Some(meta) if meta.file_type().is_dir() => {}
+                Some(meta) if meta.file_type().is_symlink() => {
                     return Err(Skip::Refused(format!(
                         "would write through symlink {}",
-                        prefix.display()
+                        shown(&self.dest, &abs)
                     )))
                 }
-                Ok(_) => {
+                Some(_) => {
                     return Err(Skip::Refused(format!(
                         "{} is a file, not a folder",
-                        prefix.display()
+                        shown(&self.dest, &abs)
                     )))
                 }
-                Err(_) => {
+                None => {
                     self.count()?;
-                    std::fs::create_dir(&abs)
-                        .map_err(self.io_err(&prefix.display().to_string()))?;
+                    if let Err(err) = std::fs::create_dir(&abs) {
+                        return Err(self.io_err(&shown(&self.dest, &abs))(err));
+                    }
+                    self.not_folders.remove(&key);
                     self.summary.dirs += 1;
+                    made = true;
                 }
             }
-            self.safe_dirs.insert(prefix.clone());
+            self.safe_dirs.insert(key);
         }
         Ok(())
     }
+
+    /// Follows `link`, relative to the folder `from` (both inside the
+    /// destination), as the kernel would, through the links already on
+    /// disk; `Err` when it leaves the destination at any point, is
+    /// absolute, loops, or walks more than [`MAX_WALK`] parts. Returns the
+    /// key of every path it passed through but the last, so later links
+    /// there can be refused.
+    ///
+    /// This is the rule, not a lexical guess: `..` after a link climbs
+    /// from the link's target, which is how a chain of two links each
+    /// harmless as text can reach a host file. Its cost is linear in the
+    /// parts walked: each part's key is built from its parent's, and a
+    /// path is only looked at on disk when nothing known answers (not a
+    /// folder already checked, not below a missing path or a file).
+    fn resolve_inside(&mut self, from: &Path, link: &Path) -> Result<Vec<PathKey>, String> {
+        // The walk's position: the key of each part so far, and the path.
+        let mut at: Vec<PathKey> = Vec::new();
+        let mut here = PathBuf::new();
+        for part in from.iter() {
+            at.push(
+                self.keys
+                    .child(at.last().copied().unwrap_or_default(), part),
+            );
+            here.push(part);
+        }
+        // The depth at which the walk met a path that is not a folder:
+        // nothing below it exists, so deeper parts are walked as text.
+        let mut not_folder_at: Option<usize> = None;
+        let mut passed = Vec::new();
+        let (mut hops, mut walked) = (0usize, 0usize);
+        // Components still to walk, last first.
+        let mut queue: Vec<OsString> = Vec::new();
+        push_components(&mut queue, link)?;
+        while let Some(part) = queue.pop() {
+            walked += 1;
+            if walked > MAX_WALK {
+                return Err(format!("it walks more than {MAX_WALK} path parts"));
+            }
+            if part == ".." {
+                if at.pop().is_none() {
+                    return Err("it leads outside the destination".into());
+                }
+                here.pop();
+                if not_folder_at.is_some_and(|depth| at.len() < depth) {
+                    not_folder_at = None;
+                }
+                continue;
+            }
+            if part == "." {
+                continue;
+            }
+            let key = self
+                .keys
+                .child(at.last().copied().unwrap_or_default(), &part);
+            at.push(key);
+            here.push(&part);
+            if !queue.is_empty() {
+                passed.push(key);
+            }
+            if not_folder_at.is_some() || self.safe_dirs.contains(&key) {
+                continue;
+            }
+            if self.not_folders.contains(&key) {
+                not_folder_at = Some(at.len());
+                continue;
+            }
+            match std::fs::symlink_metadata(self.dest.join(&here)) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > MAX_HOPS {
+                        return Err("too many levels of links".into());
+                    }
+                    let next = std::fs::read_link(self.dest.join(&here))
+                        .map_err(|e| format!("reading link {}: {e}", here.display()))?;
+                    at.pop();
+                    here.pop();
+                    push_components(&mut queue, &next)?;
+                }
+                Ok(meta) if meta.file_type().is_dir() => self.safe_dirs.insert(key),
+                // A file, or nothing yet: walk on as text; what is created
+                // later at a passed-through path is checked then.
+                _ => {
+                    self.not_folders.insert(key);
+                    not_folder_at = Some(at.len());
+                }
+            }
+        }
+        Ok(passed)
+    }
 }
 
-/// Follows `link`, relative to the folder `from` (both inside `root`), as
-/// the kernel would, through the links already on disk; `Err` when it
-/// leaves `root` at any point, is absolute, or loops. Returns every path it
-/// passed through but the last, so later links there can be refused.
-///
-/// This is the rule, not a lexical guess: `..` after a link climbs from
-/// the link's target, which is how a chain of two links each harmless as
-/// text can reach a host file.
-fn resolve_inside(root: &Path, from: &Path, link: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut at: Vec<OsString> = from.iter().map(|c| c.to_os_string()).collect();
-    let mut passed = Vec::new();
-    let mut hops = 0usize;
-    // Components still to walk, last first.
-    let mut queue: Vec<OsString> = Vec::new();
-    push_components(&mut queue, link)?;
-    while let Some(part) = queue.pop() {
-        if part == ".." {
-            if at.pop().is_none() {
-                return Err("it leads outside the destination".into());
-            }
-            continue;
-        }
-        if part == "." {
-            continue;
-        }
-        at.push(part);
-        let here: PathBuf = at.iter().collect();
-        let last = queue.is_empty();
-        if !last {
-            passed.push(here.clone());
-        }
-        match std::fs::symlink_metadata(root.join(&here)) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                hops += 1;
-                if hops > MAX_HOPS {
-                    return Err("too many levels of links".into());
-                }
-                let next = std::fs::read_link(root.join(&here))
-                    .map_err(|e| format!("reading link {}: {e}", here.display()))?;
-                at.pop();
-                push_components(&mut queue, &next)?;
-            }
-            // A folder, a file, or nothing yet: walk on as text; what is
-            // created later at a passed-through path is checked then.
-            _ => {}
-        }
-    }
-    Ok(passed)
+/// `abs` as the entry it belongs to names it: inside `dest`.
+fn shown(dest: &Path, abs: &Path) -> String {
+    abs.strip_prefix(dest).unwrap_or(abs).display().to_string()
 }
 
 /// Pushes `path`'s components onto `queue` so the first is popped first.
@@ -370,16 +463,29 @@ fn remove_non_dir(path: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    fn writer(root: &Path) -> Writer {
+        Writer::new(root, 1000, Arc::new(AtomicBool::new(false)))
+    }
+
     #[test]
     fn a_chain_through_an_unpacked_link_is_followed() {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("d")).unwrap();
         std::os::unix::fs::symlink("..", root.path().join("d/up")).unwrap();
+        let mut writer = writer(root.path());
         // As text "d/up/.." stays inside; on disk d/up is the root, and
         // its parent is outside.
-        assert!(resolve_inside(root.path(), Path::new(""), Path::new("d/up/../x")).is_err());
-        let passed = resolve_inside(root.path(), Path::new(""), Path::new("d/up/d")).unwrap();
-        assert_eq!(passed, vec![PathBuf::from("d"), PathBuf::from("d/up")]);
+        assert!(writer
+            .resolve_inside(Path::new(""), Path::new("d/up/../x"))
+            .is_err());
+        let passed = writer
+            .resolve_inside(Path::new(""), Path::new("d/up/d"))
+            .unwrap();
+        let keys = &writer.keys;
+        assert_eq!(
+            passed,
+            vec![keys.of(Path::new("d")), keys.of(Path::new("d/up"))]
+        );
     }
 
     #[test]
@@ -387,7 +493,52 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink("b", root.path().join("a")).unwrap();
         std::os::unix::fs::symlink("a", root.path().join("b")).unwrap();
-        let err = resolve_inside(root.path(), Path::new(""), Path::new("a")).unwrap_err();
+        let err = writer(root.path())
+            .resolve_inside(Path::new(""), Path::new("a"))
+            .unwrap_err();
         assert!(err.contains("levels"), "{err}");
+    }
+
+    #[test]
+    fn a_walk_past_its_cap_is_refused_not_followed() {
+        let root = tempfile::tempdir().unwrap();
+        let long = "a/../".repeat(MAX_WALK / 2) + "x";
+        let err = writer(root.path())
+            .resolve_inside(Path::new(""), Path::new(&long))
+            .unwrap_err();
+        assert!(err.contains("path parts"), "{err}");
+        let short = "a/../".repeat(MAX_WALK / 4) + "x";
+        assert!(writer(root.path())
+            .resolve_inside(Path::new(""), Path::new(&short))
+            .is_ok());
+    }
+
+    #[test]
+    fn below_a_file_or_a_missing_path_nothing_is_looked_at_but_links_made_later_are() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("f"), "").unwrap();
+        let mut writer = writer(root.path());
+        writer
+            .resolve_inside(Path::new(""), Path::new("f/x/y"))
+            .unwrap();
+        std::fs::create_dir(root.path().join("d")).unwrap();
+        writer
+            .resolve_inside(Path::new(""), Path::new("d/m/x/y"))
+            .unwrap();
+        assert!(writer.not_folders.contains(&writer.keys.of(Path::new("f"))));
+        assert!(writer
+            .not_folders
+            .contains(&writer.keys.of(Path::new("d/m"))));
+        // A link the writer makes at a once-missing path is seen.
+        assert!(writer
+            .apply(Op::Symlink {
+                rel: "d/m".into(),
+                raw: "d/m".into(),
+                link: "..".into(),
+            })
+            .is_ok());
+        assert!(writer
+            .resolve_inside(Path::new(""), Path::new("d/m/../x"))
+            .is_err());
     }
 }
