@@ -111,7 +111,9 @@ class Bench:
         executor = "k8s" if executor == "k8s-v4" else executor
         cmd = [str(self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", "bench", "--runner", "did:plc:bench",
                "--workdir", str(workdir), "--steps-file", str(steps), "--outputs", str(out),
-               "--result", str(self.tmp / "result.json"), "--log", "-" if first_step else str(self.tmp / "run.log"), "--no-cleanup", *extra]
+               "--result", str(self.tmp / "result.json"), "--log", "-" if first_step else str(self.tmp / "run.log"), "--no-cleanup",
+               # The log rows measure every byte written, past the default limit.
+               "--log-limit", "none", *extra]
         if executor != "shell":
             cmd += ["--image", IMAGE]
         if executor == "docker":

@@ -158,6 +158,10 @@ pub enum Event {
         duration_ms: u64,
         /// Why it did not succeed.
         failure: Option<Failure>,
+        /// Bytes of its output dropped past the log's limit
+        /// ([`crate::RunLog::limit_output`]); absent when none were.
+        #[serde(default, skip_serializing_if = "crate::result::is_zero")]
+        output_dropped_bytes: u64,
     },
     /// An attempt ended: its record, as the result's `attempts` will hold
     /// it. The run's last attempt is told too, before
@@ -321,11 +325,16 @@ impl Event {
                 status,
                 exit_code,
                 duration_ms,
+                output_dropped_bytes,
                 ..
             } => {
                 let code = exit_code.map_or_else(|| "no exit code".into(), |c| format!("exit {c}"));
+                let dropped = match output_dropped_bytes {
+                    0 => String::new(),
+                    n => format!(", {} of output dropped", crate::log::size(*n)),
+                };
                 format!(
-                    "step {step}: {} ({code}, {})",
+                    "step {step}: {} ({code}, {}{dropped})",
                     status.as_str(),
                     seconds(*duration_ms)
                 )

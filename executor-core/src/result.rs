@@ -117,6 +117,15 @@ pub struct StepResult {
     /// Why it did not succeed; `null` for a successful or skipped step.
     #[serde(default)]
     pub failure: Option<crate::Failure>,
+    /// Bytes of its output dropped past the log's limit; absent when
+    /// none were (the log holds all of it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_dropped_bytes: u64,
+}
+
+/// For `skip_serializing_if`: a count that says nothing when 0.
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl StepResult {
@@ -131,6 +140,7 @@ impl StepResult {
             finished_at: None,
             duration_ms: 0,
             failure: None,
+            output_dropped_bytes: 0,
         }
     }
 }

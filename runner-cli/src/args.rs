@@ -106,6 +106,10 @@ pub struct RunArgs {
     /// Start every line of the run log with its time (UTC, RFC 3339).
     #[arg(long)]
     pub timestamps: bool,
+    /// Most step output the run log (and --events) holds: 64m, 1g, or
+    /// `none`. Past it, output is dropped and counted, and the steps go on.
+    #[arg(long, value_name = "SIZE", default_value = "64m", value_parser = parse_log_limit)]
+    pub log_limit: LogLimit,
     /// Limit of the whole run: 90, 90s, 15m, 2h.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -336,6 +340,18 @@ pub enum Pull {
     Always,
 }
 
+/// The run log's limit of step output: bytes, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimit(pub Option<u64>);
+
+fn parse_log_limit(text: &str) -> Result<LogLimit, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(LogLimit(None));
+    }
+    let bytes = parse_bytes(text)?;
+    Ok(LogLimit(u64::try_from(bytes).ok()))
+}
+
 /// `1048576`, `512k`, `512m`, `2g`.
 pub fn parse_bytes(text: &str) -> Result<i64, String> {
     let bad = || format!("{text:?} is not a size: use bytes or a number with k, m or g (512m, 2g)");
@@ -376,6 +392,9 @@ pub struct ResumeArgs {
     /// Start every new line of the run log with its time, as `run` did.
     #[arg(long)]
     pub timestamps: bool,
+    /// The --log-limit given to `run`: the log's bytes so far count.
+    #[arg(long, value_name = "SIZE", default_value = "64m", value_parser = parse_log_limit)]
+    pub log_limit: LogLimit,
     /// Also write the resumed part's events as JSON lines, after what the
     /// file holds (give the `--events` file of `run` to have them all in
     /// one), or `-` for stdout.

@@ -117,6 +117,7 @@ pub async fn resume(args: ResumeArgs) -> i32 {
     if args.timestamps {
         log.timestamps();
     }
+    log.limit_output(args.log_limit.0);
     if let Some(path) = &args.events {
         match crate::run::events_sink(path, true) {
             Ok(sink) => log.add_sink(sink),

@@ -91,6 +91,7 @@ pub async fn run(args: RunArgs) -> i32 {
     if args.timestamps {
         log.timestamps();
     }
+    log.limit_output(args.log_limit.0);
     if let (Some(path), false) = (&args.events, args.dry_run) {
         match events_sink(path, false) {
             Ok(sink) => log.add_sink(sink),

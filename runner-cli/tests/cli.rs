@@ -973,3 +973,40 @@ fn on_a_terminal_a_steps_control_bytes_cannot_draw_over_the_log() {
         String::from_utf8_lossy(&piped.stdout)
     );
 }
+
+/// A step that prints without end fills no disk: past `--log-limit` its
+/// output leaves neither the log nor the events file, one line says so,
+/// the steps go on, and the result and the events count what was dropped.
+#[test]
+fn a_loud_step_fills_neither_the_log_nor_the_events_past_the_limit() {
+    let case = Case::new();
+    let events = case.path("events.jsonl");
+    let steps = "loud\tyes 0123456789abcdef | head -c 50000000\nnext\techo next-ran\n";
+    let out = case
+        .run(
+            steps,
+            &["--log-limit", "1m", "--events", events.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let log = case.log();
+    assert!(log.len() < (1 << 20) + (16 << 10), "{} bytes", log.len());
+    assert_eq!(log.matches("more output is dropped").count(), 1);
+    assert!(log.contains("==> step loud: success (exit 0, "), "{log}");
+    let events_len = std::fs::metadata(&events).unwrap().len();
+    assert!(
+        events_len < 4 << 20,
+        "the events file holds {events_len} bytes"
+    );
+    let events = std::fs::read_to_string(&events).unwrap();
+    let dropped = 50_000_000 - (1u64 << 20);
+    assert!(
+        events.contains(&format!("\"outputDroppedBytes\":{dropped}")),
+        "{}",
+        &events[events.len().saturating_sub(3000)..]
+    );
+    let result = case.result();
+    assert_eq!(result.steps[0].output_dropped_bytes, dropped);
+    assert_eq!(result.steps[1].status, executor_core::StepStatus::Success);
+}

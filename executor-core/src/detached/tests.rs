@@ -351,6 +351,8 @@ async fn logged(
     start: &[String],
 ) -> (StepEnd, String, (String, String)) {
     let (log, text) = RunLog::memory();
+    // These steps print more than a log holds by default.
+    log.limit_output(None);
     let outputs = Outputs::attach(&log);
     let end = run_step(
         exec,

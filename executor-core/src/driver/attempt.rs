@@ -358,6 +358,7 @@ async fn run_step(
         .resumed
         .map_or_else(OffsetDateTime::now_utc, |r| r.started_at);
     let clock = Instant::now();
+    let dropped_before = log.output_dropped();
     match place.resumed {
         // Its start is in the log already, from the runner that made it.
         Some(resumed) if resumed.announced => {
@@ -446,6 +447,7 @@ async fn run_step(
         Some(_) => u64::try_from((finished_at - started_at).whole_milliseconds()).unwrap_or(0),
         None => u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
     };
+    let output_dropped_bytes = log.output_dropped().saturating_sub(dropped_before);
     log.emit(Event::StepFinished {
         at: finished_at,
         attempt: place.attempt,
@@ -454,6 +456,7 @@ async fn run_step(
         exit_code,
         duration_ms,
         failure: failure.clone(),
+        output_dropped_bytes,
     });
     let result = StepResult {
         name: name.clone(),
@@ -464,6 +467,7 @@ async fn run_step(
         finished_at: Some(finished_at),
         duration_ms,
         failure: failure.clone(),
+        output_dropped_bytes,
     };
     (result, failure)
 }

@@ -132,6 +132,7 @@ impl Mark {
                 exit_code,
                 duration_ms,
                 failure,
+                output_dropped_bytes,
                 ..
             } => {
                 let started_at = self.running.take().map(|r| r.started_at);
@@ -146,6 +147,7 @@ impl Mark {
                     finished_at: Some(*at),
                     duration_ms: *duration_ms,
                     failure: failure.clone(),
+                    output_dropped_bytes: *output_dropped_bytes,
                 });
             }
             Event::AttemptFinished { record, .. } => self.earlier.push((**record).clone()),

@@ -93,6 +93,8 @@ struct LogState {
     largest_write: usize,
     since_sample: u64,
     max_rss: u64,
+    /// The run log's limit of step output, when not the default.
+    output_limit: Option<Option<u64>>,
 }
 
 impl WatchedLog {
@@ -100,8 +102,18 @@ impl WatchedLog {
     /// [`WatchedLog::events`]).
     pub fn run_log(&self) -> RunLog {
         let log = RunLog::inline(self.clone());
+        if let Some(limit) = self.state().output_limit {
+            log.limit_output(limit);
+        }
         let events = EventsKept(self.inner.clone());
         log.add_sink(Arc::new(executor_core::events::JsonLines::new(events)));
+        log
+    }
+    /// A log whose run log holds at most `limit` bytes of step output
+    /// (`None`: all of it).
+    pub fn with_output_limit(limit: Option<u64>) -> Self {
+        let log = WatchedLog::default();
+        log.state().output_limit = Some(limit);
         log
     }
     /// The first megabyte of the run's events, as `--events` writes them.

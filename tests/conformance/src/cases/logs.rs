@@ -63,7 +63,8 @@ pub async fn large_log_is_streamed(backend: &dyn Backend) {
         format!("yes 0123456789abcdefghijklmnopqrstuvwxyz-0123456789abcdefghijklmnopqrstuvwxyz | head -c {BYTES}"),
     ));
     let before = rss().unwrap_or(0);
-    let (result, log) = run_to_end(backend, &spec).await;
+    let log = WatchedLog::with_output_limit(None);
+    let result = run_watched(backend, &spec, &log, CancellationToken::new()).await;
     assert_eq!(result.status, RunStatus::Success, "{}", result.to_json());
     assert!(
         log.total() >= BYTES,
@@ -81,6 +82,52 @@ pub async fn large_log_is_streamed(backend: &dyn Backend) {
         "memory grew by {} MiB while streaming {} MB of log",
         growth >> 20,
         BYTES / 1_000_000
+    );
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
+/// A step printing past the log's limit: the log keeps the limit's worth
+/// and says once that the rest is dropped, the step runs to its own end,
+/// the next step runs, and the result counts every dropped byte.
+pub async fn a_loud_step_is_cut_at_the_log_limit(backend: &dyn Backend) {
+    // Under the megabyte the watched log keeps, so its last line shows.
+    const LIMIT: u64 = 256 << 10;
+    const BYTES: u64 = 1_000_000;
+    let fx = Fixture::new("loglimit");
+    let spec = fx
+        .spec(backend, "log-limit")
+        .step(Step::new(
+            "loud",
+            format!("yes 0123456789 | head -c {BYTES}; echo done > loud-done"),
+        ))
+        .step(Step::new("next", "test -f loud-done; echo next-ran"));
+    let log = WatchedLog::with_output_limit(Some(LIMIT));
+    let result = run_watched(backend, &spec, &log, CancellationToken::new()).await;
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Success, "{}", result.to_json());
+    assert_eq!(result.steps[0].output_dropped_bytes, BYTES - LIMIT);
+    assert_eq!(
+        result.steps[1].output_dropped_bytes,
+        "next-ran\n".len() as u64
+    );
+    let text = log.text();
+    assert_eq!(
+        text.matches("more output is dropped").count(),
+        1,
+        "{}",
+        &text[text.len().saturating_sub(2000)..]
+    );
+    // The limit's worth of output, and the runner's own lines.
+    assert!(
+        log.total() < LIMIT + (16 << 10),
+        "the log holds {} bytes",
+        log.total()
+    );
+    assert!(
+        text.contains("==> step loud: success (exit 0, ")
+            && text.contains("720.6 KiB of output dropped)"),
+        "{}",
+        &text[text.len().saturating_sub(2000)..]
     );
     assert_nothing_left(backend, &fx.runner).await;
 }

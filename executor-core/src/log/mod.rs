@@ -18,6 +18,12 @@ use crate::events::{Event, EventSink, OutputStream};
 use crate::mask::{MaskStream, Masker};
 use crate::resume::mark::{Mark, MarkFile};
 
+mod limit;
+
+pub(crate) use limit::size;
+use limit::OutputLimit;
+pub use limit::DEFAULT_OUTPUT_LIMIT;
+
 /// How many bytes of step output may wait for a slow log destination
 /// before the step's output is no longer read (and the step, writing to a
 /// full pipe, waits too).
@@ -90,6 +96,7 @@ struct Inner {
     taken: [u64; 2],
     /// The stream whose bytes the line guard holds.
     guarded_stream: OutputStream,
+    limit: OutputLimit,
 }
 
 type Sinks = Arc<[Arc<dyn EventSink>]>;
@@ -253,6 +260,8 @@ impl RunLog {
         {
             let mut inner = log.lock();
             inner.at_line_start = mark.at_line_start;
+            // The limit is the run's: what the log holds counts.
+            inner.limit.already_logged(mark.log_len);
             if let Some(running) = &mark.running {
                 inner.taken = [running.stdout, running.stderr];
             }
@@ -347,6 +356,44 @@ impl RunLog {
         }
     }
 
+    /// Caps the step output this log holds (`None`: no cap); the default
+    /// is [`DEFAULT_OUTPUT_LIMIT`]. Past it, output is dropped and
+    /// counted ([`RunLog::output_dropped`]), one runner line says so, and
+    /// the steps go on: a step that prints without end fills no disk.
+    /// Runner lines are always written.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (log, captured) = executor_core::RunLog::memory();
+    /// log.limit_output(Some(4));
+    /// log.output(b"abcdefgh\n").await;
+    /// log.line("next");
+    /// assert_eq!(log.output_dropped(), 5);
+    /// assert_eq!(
+    ///     captured.text(),
+    ///     "abcd\n==> the log holds 4 bytes of step output, its limit: more output is dropped (and counted), the steps go on\n==> next\n"
+    /// );
+    /// # }
+    /// ```
+    pub fn limit_output(&self, limit: Option<u64>) {
+        self.lock().limit.set(limit);
+    }
+
+    /// Bytes of step output dropped past the log's limit so far.
+    pub fn output_dropped(&self) -> u64 {
+        self.lock().limit.dropped()
+    }
+
+    /// Says once, after the bytes it kept, that the log is full.
+    fn limit_reached(&self) {
+        let limit = self.lock().limit.limit().unwrap_or_default();
+        self.line(&format!(
+            "the log holds {} of step output, its limit: more output is dropped (and counted), the steps go on",
+            limit::size(limit)
+        ));
+    }
+
     /// An `AsyncWrite` into this log's step output, with the same
     /// back-pressure as [`RunLog::output`].
     pub fn writer(&self) -> LogOutput {
@@ -433,7 +480,21 @@ impl RunLog {
     }
 
     fn write_output(&self, stream: OutputStream, bytes: &[u8], permits: u32) {
+        let reached = self.write_admitted(stream, bytes, permits);
+        if reached {
+            self.limit_reached();
+        }
+    }
+
+    /// Writes what the limit admits of `bytes`; whether the limit was
+    /// reached just now.
+    fn write_admitted(&self, stream: OutputStream, bytes: &[u8], permits: u32) -> bool {
         let mut inner = self.lock();
+        // Dropped bytes still count as taken: a resumed run carries on
+        // after them, not from them.
+        let taken_len = bytes.len();
+        let (keep, reached) = inner.limit.admit(bytes.len());
+        let bytes = &bytes[..keep];
         let Inner {
             dest,
             masks,
@@ -448,6 +509,7 @@ impl RunLog {
             marking,
             taken,
             guarded_stream,
+            limit: _,
         } = &mut *inner;
         let unmasked = match masks.as_mut().map(|m| &mut m[stream as usize]) {
             Some(mask) => {
@@ -475,7 +537,7 @@ impl RunLog {
         }
         let text = stamped(stamps, guarded, time::OffsetDateTime::now_utc);
         let i = stream as usize;
-        taken[i] = taken[i].saturating_add(bytes.len() as u64);
+        taken[i] = taken[i].saturating_add(taken_len as u64);
         // What the log holds of each stream: all taken but what the
         // masker and the line guard still hold (bytes as they came).
         let committed = marking.then(|| {
@@ -501,6 +563,7 @@ impl RunLog {
             }
             None => dest.write_marked(text, permits, committed, failed),
         }
+        reached
     }
 
     /// Writes one runner line (`==> message`), starting on a fresh line,
@@ -671,6 +734,7 @@ impl Inner {
             marking: false,
             taken: [0, 0],
             guarded_stream: OutputStream::Stdout,
+            limit: OutputLimit::default(),
         }
     }
 
@@ -1062,6 +1126,7 @@ mod tests {
             exit_code: Some(0),
             duration_ms: 1500,
             failure: None,
+            output_dropped_bytes: 0,
         });
         assert_eq!(
             mem.text(),
