@@ -117,7 +117,7 @@ impl Engine for DryRunEngine {
         Ok(ContainerState {
             exists: true,
             running: true,
-            oom_killed: false,
+            ..ContainerState::default()
         })
     }
     async fn upload(
@@ -158,6 +158,26 @@ impl Engine for DryRunEngine {
     }
     async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError> {
         self.say(format!("DELETE /volumes/{name}"));
+        Ok(true)
+    }
+    async fn create_network(
+        &self,
+        name: &str,
+        _labels: &std::collections::HashMap<String, String>,
+    ) -> Result<(), ExecutorError> {
+        self.say(format!(
+            "POST /networks/create {{\"Name\":\"{name}\",\"Driver\":\"bridge\"}}"
+        ));
+        Ok(())
+    }
+    async fn list_networks(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        self.say(format!(
+            "GET /networks?filters={{\"label\":[\"{label}={value}\"]}}"
+        ));
+        Ok(Vec::new())
+    }
+    async fn remove_network(&self, name: &str) -> Result<bool, ExecutorError> {
+        self.say(format!("DELETE /networks/{name}"));
         Ok(true)
     }
 }

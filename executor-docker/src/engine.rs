@@ -75,7 +75,7 @@ pub struct ExecState {
 }
 
 /// A container's state once inspected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ContainerState {
     /// The container exists.
     pub exists: bool,
@@ -83,6 +83,8 @@ pub struct ContainerState {
     pub running: bool,
     /// The kernel's OOM killer struck in it.
     pub oom_killed: bool,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
 }
 
 /// A container found by label.
@@ -151,4 +153,17 @@ pub trait Engine: Send + Sync {
     /// `DELETE /volumes/{name}`: `Ok(false)` when a container still uses
     /// it; a missing volume is fine.
     async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError>;
+    /// `POST /networks/create`: a bridge network of the run's own, with
+    /// these labels; one that already exists by this name is fine (a
+    /// retried call whose first answer was lost).
+    async fn create_network(
+        &self,
+        name: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(), ExecutorError>;
+    /// `GET /networks?filters=...`: networks with this label, by name and labels.
+    async fn list_networks(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError>;
+    /// `DELETE /networks/{name}`: `Ok(false)` when a container is still
+    /// on it; a missing network is fine.
+    async fn remove_network(&self, name: &str) -> Result<bool, ExecutorError>;
 }

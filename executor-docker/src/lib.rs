@@ -40,7 +40,7 @@ use executor_core::ExecutorError;
 
 pub use bollard_engine::BollardEngine;
 pub use dry_run::DryRunEngine;
-pub use executor::DockerExecutor;
+pub use executor::{DockerExecutor, UNTRUSTED_CAP_DROP};
 
 /// The default pids limit: room for any build's parallel jobs, far from
 /// what a fork bomb needs to starve the host.

@@ -4,8 +4,10 @@ mod common;
 
 use common::Docker;
 use executor_conformance::fixture::{assert_nothing_left, run_to_end, write, Fixture};
-use executor_core::{RunStatus, Step, StepStatus};
+use executor_conformance::Backend;
+use executor_core::{CleanupScope, Executor, RunLog, RunStatus, Step, StepStatus, Trust};
 use executor_docker::DockerOptions;
+use tokio_util::sync::CancellationToken;
 
 async fn docker(options: DockerOptions) -> Docker {
     Docker(common::executor(options).await)
@@ -181,4 +183,140 @@ async fn an_image_pinned_by_digest_is_pulled_as_a_digest() {
     assert!(!error.contains("invalid reference format"), "{error}");
     assert!(error.contains(&image), "{error}");
     assert_nothing_left(&backend, &fx.runner).await;
+}
+
+/// A container on the engine's default bridge, as another run's (or any
+/// other workload's) would be: serves `hi` on port 8080; removed on drop.
+struct Neighbour(String);
+
+impl Neighbour {
+    fn start() -> Self {
+        let out = std::process::Command::new("docker")
+            .args(["run", "-d", "--rm", "--network", "bridge"])
+            .arg(
+                std::env::var("KNOTLESS_TEST_IMAGE")
+                    .unwrap_or_else(|_| "knotless-busybox:local".into()),
+            )
+            .args([
+                "sh",
+                "-c",
+                "mkdir /www && echo hi > /www/index.html && exec httpd -f -p 8080 -h /www",
+            ])
+            .output()
+            .expect("docker runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Neighbour(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn address(&self) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &self.0])
+            .output()
+            .expect("docker runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+/// An untrusted run (`Trust::Untrusted`, `--trigger pull`) gets a bridge
+/// network of its own and loses the capabilities a build does not need:
+/// it cannot reach a container on the engine's default bridge, which a
+/// trusted run on that bridge can, and it has no raw sockets. Its network
+/// goes with it.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_run_reaches_no_other_container_and_has_no_raw_sockets() {
+    let neighbour = Neighbour::start();
+    let address = neighbour.address();
+    assert!(!address.is_empty(), "the neighbour has no address");
+    let backend = docker(DockerOptions {
+        network: None,
+        ..common::options()
+    })
+    .await;
+    let probe = format!(
+        "grep CapEff /proc/self/status; \
+         printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {address} 8080 2>/dev/null | tail -n 1 \
+           | grep -x hi || echo not-reached"
+    );
+    for trust in [Trust::Trusted, Trust::Untrusted] {
+        let fx = Fixture::new("isolated");
+        let mut spec = fx
+            .spec(&backend, "isolated")
+            .step(Step::new("probe", probe.clone()));
+        spec.trust = trust;
+        let (result, log) = run_to_end(&backend, &spec).await;
+        let text = log.text();
+        assert_eq!(result.status, RunStatus::Success, "{text}");
+        match trust {
+            Trust::Trusted => {
+                // The probe can see a neighbour: a trusted run on the
+                // default bridge reaches it, with Docker's capabilities.
+                assert!(text.contains("\nhi\n"), "{text}");
+                assert!(text.contains("CapEff:\t00000000a80425fb"), "{text}");
+            }
+            Trust::Untrusted => {
+                assert!(text.contains("not-reached"), "{text}");
+                assert!(text.contains("network knotless-"), "{text}");
+                // CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID,
+                // SETUID and NET_BIND_SERVICE: no NET_RAW, MKNOD, ...
+                assert!(text.contains("CapEff:\t00000000000004fb"), "{text}");
+            }
+        }
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+}
+
+/// A runner that dies with an untrusted run up leaves its container and
+/// its network: another runner's stop (as the journal does) and cleanup
+/// each remove both.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_runs_network_goes_with_a_stop_or_cleanup_by_another_runner() {
+    let options = || DockerOptions {
+        network: None,
+        ..common::options()
+    };
+    for by_cleanup in [false, true] {
+        let fx = Fixture::new("netleft");
+        let crashed = docker(options()).await;
+        let mut spec = fx.spec(&crashed, "netleft").step(Step::new("x", "true"));
+        spec.trust = Trust::Untrusted;
+        let handle = crashed
+            .0
+            .start(&spec, &RunLog::discard(), CancellationToken::new())
+            .await
+            .unwrap();
+        drop(crashed);
+        let next = docker(options()).await;
+        let left = next.leftovers(&fx.runner).await;
+        assert!(
+            left.iter().any(|l| l.starts_with("network/knotless-")),
+            "{left:?}"
+        );
+        if by_cleanup {
+            let report = next.0.cleanup(&fx.runner, CleanupScope::All).await.unwrap();
+            assert_eq!(report.removed.len(), 2, "{report:?}");
+        } else {
+            next.0.stop(&handle).await.unwrap();
+        }
+        assert_nothing_left(&next, &fx.runner).await;
+    }
 }

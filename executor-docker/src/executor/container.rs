@@ -17,9 +17,15 @@ impl DockerExecutor {
             plan_digest,
         );
         // A label holds any value on Docker: the notes go with the labels.
-        let labels = marks.labels.into_iter().chain(marks.notes).collect();
+        let mut labels: HashMap<String, String> =
+            marks.labels.into_iter().chain(marks.notes).collect();
+        let name = environment_name(run, &name_suffix());
+        let (network_mode, own) = self.network_for(run, &name);
+        if let (Some(network), true) = (&network_mode, own) {
+            labels.insert(network::NETWORK_LABEL.into(), network.clone());
+        }
         ContainerSpec {
-            name: environment_name(run, &name_suffix()),
+            name,
             image: image.to_string(),
             cmd: KEEP_ALIVE.map(String::from).to_vec(),
             labels,
@@ -29,11 +35,11 @@ impl DockerExecutor {
             working_dir: "/".into(),
             memory: self.options.memory,
             nano_cpus: self.options.cpus.map(|c| (c * 1e9) as i64),
-            network_mode: self.options.network.clone(),
+            network_mode,
             security_opt: vec!["no-new-privileges".into()],
             volumes: run_volumes(run),
             pids_limit: self.options.pids_limit,
-            cap_drop: self.options.cap_drop.clone(),
+            cap_drop: self.cap_drop_for(run),
             cap_add: self.options.cap_add.clone(),
             read_only: self.options.read_only,
             secret_env: run.secrets.clone(),

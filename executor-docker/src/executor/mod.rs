@@ -27,7 +27,9 @@ use executor_core::script::ScriptFiles;
 
 mod container;
 mod execs;
+mod network;
 use crate::{DockerOptions, PullPolicy};
+pub use network::UNTRUSTED_CAP_DROP;
 
 /// How long an exec may take to report that it stopped after its output ended.
 const EXEC_SETTLE: Duration = Duration::from_secs(30);
@@ -39,6 +41,8 @@ pub struct DockerExecutor {
     /// Containers of runs this executor is running now (cleanup spares
     /// them), with the step scripts each holds as files.
     live: Mutex<HashMap<String, ScriptFiles>>,
+    /// The network of its own each of those runs has, if any.
+    networks: Mutex<HashMap<String, Option<String>>>,
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
     compress: bool,
 }
@@ -53,6 +57,7 @@ impl DockerExecutor {
             compress: options.compression.applies(None),
             options,
             live: Mutex::new(HashMap::new()),
+            networks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -74,7 +79,8 @@ impl DockerExecutor {
     }
 
     /// Every container of `runner`, live or not, then every volume of its
-    /// (as `volume/NAME`), by label: the probe for leftovers.
+    /// (as `volume/NAME`) and every network (as `network/NAME`), by
+    /// label: the probe for leftovers.
     ///
     /// # Errors
     /// `Backend` when the engine could not be listed.
@@ -86,7 +92,42 @@ impl DockerExecutor {
                 .into_iter()
                 .map(|name| format!("volume/{name}")),
         );
+        found.extend(
+            self.runner_networks(runner)
+                .await?
+                .into_iter()
+                .map(|(name, _)| format!("network/{name}")),
+        );
         Ok(found)
+    }
+
+    async fn runner_networks(
+        &self,
+        runner: &str,
+    ) -> Result<Vec<(String, HashMap<String, String>)>, ExecutorError> {
+        let found = self
+            .engine
+            .list_networks(RUNNER_LABEL, &label_value(runner))
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter(|n| is_runners(&n.labels, runner))
+            .map(|n| (n.id, n.labels))
+            .collect())
+    }
+
+    /// Removes what a start that failed had made.
+    async fn remove_half_started(&self, id: Option<&str>, network: Option<&str>) {
+        if let Some(id) = id {
+            if let Err(remove_err) = self.engine.remove(id).await {
+                tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
+            }
+        }
+        if let Some(network) = network {
+            if let Err(remove_err) = self.remove_network(network).await {
+                tracing::error!(%remove_err, %network, "removing a half-started run's network failed");
+            }
+        }
     }
 
     /// The ids of every container of `runner`, live or not.
@@ -130,6 +171,10 @@ impl DockerExecutor {
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ScriptFiles>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn networks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<String>>> {
+        self.networks.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[async_trait]
@@ -156,7 +201,18 @@ impl Executor for DockerExecutor {
         // The plan a resume reads back; its digest where no step can change it.
         let plan = RunPlan::of(run).to_json();
         let spec = self.container_spec(run, image, &RunPlan::digest(&plan));
-        let id = self.engine.create(&spec).await?;
+        let own_network = Self::own_network(&spec.labels);
+        if let Some(network) = &own_network {
+            self.engine.create_network(network, &spec.labels).await?;
+            log.line(&format!("network {network}, the run's own"));
+        }
+        let id = match self.engine.create(&spec).await {
+            Ok(id) => id,
+            Err(err) => {
+                self.remove_half_started(None, own_network.as_deref()).await;
+                return Err(err);
+            }
+        };
         log.line(&format!("container {} ({})", spec.name, short(&id)));
         let prepared = tokio::select! {
             r = self.prepare(&id, run, &plan) => r,
@@ -165,13 +221,13 @@ impl Executor for DockerExecutor {
         let scripts = match prepared {
             Ok(scripts) => scripts,
             Err(err) => {
-                if let Err(remove_err) = self.engine.remove(&id).await {
-                    tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
-                }
+                self.remove_half_started(Some(&id), own_network.as_deref())
+                    .await;
                 return Err(err);
             }
         };
         self.live().insert(id.clone(), scripts);
+        self.networks().insert(id.clone(), own_network);
         Ok(RunHandle::in_container(id))
     }
 
@@ -250,8 +306,18 @@ impl Executor for DockerExecutor {
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
+        let known = self.networks().get(&run.id).cloned();
+        let network = match known {
+            Some(known) => known,
+            // A run another runner started: its labels say.
+            None => Self::own_network(&self.engine.inspect(&run.id).await?.labels),
+        };
         self.engine.remove(&run.id).await?;
+        if let Some(network) = &network {
+            self.remove_network(network).await?;
+        }
         self.live().remove(&run.id);
+        self.networks().remove(&run.id);
         Ok(())
     }
 
@@ -261,7 +327,9 @@ impl Executor for DockerExecutor {
             place: "on the engine",
         };
         let found = self.runner_containers(runner).await?;
-        let ((id, _), digest) = the_live_run(found, |(_, l)| Some(l), runner, name, place)?;
+        let ((id, labels), digest) = the_live_run(found, |(_, l)| Some(l), runner, name, place)?;
+        self.networks()
+            .insert(id.clone(), Self::own_network(&labels));
         let handle = RunHandle::in_container(id.clone());
         let plan = read_plan(self, &handle, STATE_DIR, &digest).await?;
         self.live()
@@ -292,6 +360,17 @@ impl Executor for DockerExecutor {
             if self.engine.remove_volume(&name).await? {
                 tracing::info!(volume = %name, "removed a leftover volume");
                 removed.push(format!("volume/{name}"));
+            }
+        }
+        // Networks of runs whose container is gone (the engine refuses to
+        // remove one a container is on), expired or, with `All`, every one
+        // but this executor's live runs'.
+        let live: Vec<String> = self.networks().values().flatten().cloned().collect();
+        for (name, labels) in self.runner_networks(runner).await? {
+            let due = scope == CleanupScope::All || expired(&labels, now);
+            if due && !live.contains(&name) && self.engine.remove_network(&name).await? {
+                tracing::info!(network = %name, "removed a leftover network");
+                removed.push(format!("network/{name}"));
             }
         }
         Ok(CleanupReport { removed })

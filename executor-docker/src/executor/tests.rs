@@ -64,7 +64,7 @@ async fn step_in_running_container(mut mock: MockEngine) -> Result<CommandOutcom
         Ok(ContainerState {
             exists: true,
             running: true,
-            oom_killed: false,
+            ..ContainerState::default()
         })
     });
     step_in_container(mock).await

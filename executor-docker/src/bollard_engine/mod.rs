@@ -18,6 +18,8 @@ use executor_core::ExecutorError;
 use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
+mod networks;
+
 use crate::engine::{
     ContainerSpec, ContainerState, Engine, ExecOutput, ExecSpec, ExecState, Listed, OutputStream,
     StepStream,
@@ -301,6 +303,7 @@ impl BollardEngine {
                     exists: true,
                     running: state.running.unwrap_or(false),
                     oom_killed: state.oom_killed.unwrap_or(false),
+                    labels: info.config.and_then(|c| c.labels).unwrap_or_default(),
                 })
             }
             Err(err) if container_gone(&err) => Ok(ContainerState::default()),
@@ -312,7 +315,7 @@ impl BollardEngine {
             ) => Ok(ContainerState {
                 exists: true,
                 running: false,
-                oom_killed: false,
+                ..ContainerState::default()
             }),
             Err(err) => Err(fail(format!("inspecting container {id}"))(err)),
         }
@@ -577,6 +580,31 @@ impl Engine for BollardEngine {
     async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError> {
         ride_out("removing a volume", self.reconnect_timeout, || {
             self.remove_volume_once(name)
+        })
+        .await
+    }
+
+    async fn create_network(
+        &self,
+        name: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(), ExecutorError> {
+        ride_out("creating a network", self.reconnect_timeout, || {
+            self.create_network_once(name, labels)
+        })
+        .await
+    }
+
+    async fn list_networks(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
+        ride_out("listing networks", self.reconnect_timeout, || {
+            self.list_networks_once(label, value)
+        })
+        .await
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<bool, ExecutorError> {
+        ride_out("removing a network", self.reconnect_timeout, || {
+            self.remove_network_once(name)
         })
         .await
     }

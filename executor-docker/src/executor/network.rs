@@ -1,0 +1,65 @@
+//! What an untrusted run gets on Docker: a bridge network of its own, so
+//! its container reaches no other run's, and fewer capabilities.
+
+use std::collections::HashMap;
+
+use executor_core::{ExecutorError, RunSpec, Trust};
+
+use super::DockerExecutor;
+
+/// The container's label naming the run's own network, so whoever stops
+/// the container (a later runner, resume, the journal) removes it too.
+pub(crate) const NETWORK_LABEL: &str = "knotless.network";
+
+/// Capabilities Docker grants by default that an untrusted run's
+/// container loses: raw sockets (spoofing and sniffing on a bridge),
+/// device nodes, the audit log, file capabilities, `chroot` and changing
+/// its own capability sets. What a build does as root (own and write any
+/// file, change user, kill its processes, bind low ports) stays.
+pub const UNTRUSTED_CAP_DROP: [&str; 6] = [
+    "NET_RAW",
+    "MKNOD",
+    "AUDIT_WRITE",
+    "SETFCAP",
+    "SYS_CHROOT",
+    "SETPCAP",
+];
+
+impl DockerExecutor {
+    /// The network a run's container joins, and whether it is the run's
+    /// own: an untrusted run without a chosen network gets one named as
+    /// its container; every other run the chosen network or the
+    /// engine's default.
+    pub(super) fn network_for(&self, run: &RunSpec, container: &str) -> (Option<String>, bool) {
+        match (&self.options.network, run.trust) {
+            (Some(chosen), _) => (Some(chosen.clone()), false),
+            (None, Trust::Untrusted) => (Some(container.to_string()), true),
+            (None, Trust::Trusted) => (None, false),
+        }
+    }
+
+    /// The capabilities a run's container loses.
+    pub(super) fn cap_drop_for(&self, run: &RunSpec) -> Vec<String> {
+        let mut drop = self.options.cap_drop.clone();
+        if run.trust == Trust::Untrusted {
+            drop.extend(UNTRUSTED_CAP_DROP.iter().map(|c| c.to_string()));
+        }
+        drop.sort();
+        drop.dedup();
+        drop
+    }
+
+    /// Removes the run's own network once its container is gone; a
+    /// network still in use (it never is by then) is left to cleanup.
+    pub(super) async fn remove_network(&self, network: &str) -> Result<(), ExecutorError> {
+        if !self.engine.remove_network(network).await? {
+            tracing::warn!(%network, "the run's network is still in use; cleanup removes it later");
+        }
+        Ok(())
+    }
+
+    /// The network a container's labels name as the run's own.
+    pub(super) fn own_network(labels: &HashMap<String, String>) -> Option<String> {
+        labels.get(NETWORK_LABEL).cloned()
+    }
+}
