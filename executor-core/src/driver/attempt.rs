@@ -327,11 +327,6 @@ struct Place {
     resumed: Option<Resumed>,
 }
 
-/// The step's id in the environment: the same in a resumed run.
-fn step_id(place: Place) -> String {
-    format!("a{}s{}", place.attempt, place.index)
-}
-
 /// Runs one step; the failure is `Some` when the run must end here.
 async fn run_step(
     executor: &dyn Executor,
@@ -343,7 +338,8 @@ async fn run_step(
     watch: &Watch<'_>,
 ) -> (StepResult, Option<Failure>) {
     let command = StepCommand {
-        id: step_id(place),
+        // The same in a resumed run: the log's mark keeps its key.
+        id: log.step_id(place.attempt, place.index),
         follow_from: place.resumed.map(|r| r.from),
         name: step.name.clone(),
         script: step.script.clone(),

@@ -97,6 +97,8 @@ struct Inner {
     /// The stream whose bytes the line guard holds.
     guarded_stream: OutputStream,
     limit: OutputLimit,
+    /// The run's secret for naming its steps' files; see [`RunLog::step_id`].
+    step_key: String,
 }
 
 type Sinks = Arc<[Arc<dyn EventSink>]>;
@@ -213,15 +215,19 @@ impl RunLog {
         }
         let owner = crate::resume::owner::Owner::take(path)?;
         file.set_len(0)?;
+        let step_key = crate::labels::random_hex(32);
         let mark = MarkFile::create(
             path,
             Mark {
                 at_line_start: true,
+                step_key: step_key.clone(),
                 ..Mark::default()
             },
             owner,
         )?;
-        Ok(Self::threaded(file, Some(mark)))
+        let log = Self::threaded(file, Some(mark));
+        log.lock().step_key = step_key;
+        Ok(log)
     }
 
     /// Opens the log of a run whose runner was killed, to carry it on: its
@@ -262,6 +268,7 @@ impl RunLog {
             inner.at_line_start = mark.at_line_start;
             // The limit is the run's: what the log holds counts.
             inner.limit.already_logged(mark.log_len);
+            inner.step_key = mark.step_key.clone();
             if let Some(running) = &mark.running {
                 inner.taken = [running.stdout, running.stderr];
             }
@@ -378,6 +385,32 @@ impl RunLog {
     /// ```
     pub fn limit_output(&self, limit: Option<u64>) {
         self.lock().limit.set(limit);
+    }
+
+    /// The id of the step at `index` of `attempt` in the environment
+    /// ([`StepCommand::id`](crate::StepCommand::id)), which names its
+    /// files there: `a1s0-` and 16 hex digits of a digest keyed with a
+    /// secret of the run's that only the runner holds (kept in the log's
+    /// mark, so a resumed run names its steps the same). No step can name
+    /// a later step's files beforehand, so none can make files a later
+    /// step's start would trust.
+    ///
+    /// ```
+    /// let (log, _) = executor_core::RunLog::memory();
+    /// let id = log.step_id(1, 0);
+    /// assert!(id.starts_with("a1s0-") && id.len() == 21);
+    /// assert_eq!(log.step_id(1, 0), id);
+    /// assert_ne!(executor_core::RunLog::memory().0.step_id(1, 0), id);
+    /// ```
+    pub fn step_id(&self, attempt: u32, index: usize) -> String {
+        use sha2::Digest;
+        let key = self.lock().step_key.clone();
+        if key.is_empty() {
+            // A run whose mark is older than step keys named them so.
+            return format!("a{attempt}s{index}");
+        }
+        let digest = sha2::Sha256::digest(format!("{key}/{attempt}/{index}"));
+        format!("a{attempt}s{index}-{}", hex::encode(&digest[..8]))
     }
 
     /// Bytes of step output dropped past the log's limit so far.
@@ -510,6 +543,7 @@ impl RunLog {
             taken,
             guarded_stream,
             limit: _,
+            step_key: _,
         } = &mut *inner;
         let unmasked = match masks.as_mut().map(|m| &mut m[stream as usize]) {
             Some(mask) => {
@@ -735,6 +769,7 @@ impl Inner {
             taken: [0, 0],
             guarded_stream: OutputStream::Stdout,
             limit: OutputLimit::default(),
+            step_key: crate::labels::random_hex(32),
         }
     }
 

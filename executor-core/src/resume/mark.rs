@@ -46,6 +46,12 @@ pub struct Mark {
     /// a resumed run's result lists them before the one it carries on.
     #[serde(default)]
     pub earlier: Vec<Attempt>,
+    /// The run's secret for naming its steps' files in the environment
+    /// (see [`RunLog::step_key`](crate::RunLog)): kept on the host only,
+    /// so no step can know a later step's files beforehand; empty in a
+    /// mark from before it was kept (its steps' ids are the old ones).
+    #[serde(default)]
+    pub step_key: String,
 }
 
 /// The step a [`Mark`] saw running.

@@ -161,7 +161,7 @@ macro_rules! conformance_tests {
             outputs_come_back_after_failure, state_persists_across_steps,
             exit_codes_propagate, scripts_stop_at_first_error, a_one_mib_script_runs, failing_step_skips_rest,
             variables_reach_steps, logs_stream_while_step_runs, large_log_is_streamed,
-            a_loud_step_is_cut_at_the_log_limit,
+            a_loud_step_is_cut_at_the_log_limit, a_step_cannot_settle_a_later_steps_result,
             step_markers_carry_exit_codes, events_follow_the_run, step_timeout_kills_step, run_timeout_ends_run,
             cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
             cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,

@@ -152,3 +152,34 @@ pub async fn variables_reach_steps(backend: &dyn Backend) {
     assert!(text.contains("scoped-ok"), "{text}");
     assert_nothing_left(backend, &fx.runner).await;
 }
+
+/// A step cannot settle a later step's result: it makes, in the folder
+/// its own script lives in (the runner's state folder on container
+/// backends), every file a later step's start could trust under the ids
+/// steps had (`a1s1`, `a1s2`): pipes, a status of 0, a pid and a record
+/// of output. The later steps still run, with their own exit codes.
+pub async fn a_step_cannot_settle_a_later_steps_result(backend: &dyn Backend) {
+    let fx = Fixture::new("forged");
+    let forge = r#"d=$(dirname "$0")
+for id in a1s1 a1s2 a1s1-0000000000000000; do
+  f="$d/stepio-$id"
+  mkfifo "$f.o" "$f.e" 2>/dev/null || :
+  echo 0 > "$f.status"; echo 1 > "$f.pid"; echo forged-output > "$f.out.0"; : > "$f.err.0"
+done 2>/dev/null
+echo forged"#;
+    let spec = fx
+        .spec(backend, "forged")
+        .step(Step::new("forge", forge))
+        .step(Step::new("check", "echo check-ran"))
+        .step(Step::new("fail", "echo fail-ran; exit 7"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    assert!(text.contains("\nforged\n"), "{text}");
+    assert!(text.contains("\ncheck-ran\n"), "{text}");
+    assert!(text.contains("\nfail-ran\n"), "{text}");
+    assert!(!text.contains("forged-output"), "{text}");
+    assert_eq!(result.status, RunStatus::Failed, "{text}");
+    assert_eq!(result.steps[2].status, StepStatus::Failed, "{text}");
+    assert_eq!(result.steps[2].exit_code, Some(7), "{text}");
+    assert_nothing_left(backend, &fx.runner).await;
+}
