@@ -692,3 +692,88 @@ fn resume_of_an_unknown_log_or_on_the_shell_is_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("mark"), "{said}");
 }
+
+/// What bounds a step is the run's, not the resuming runner's: a run
+/// started with `--user 1000:1000` and resumed after `kill -9` without
+/// `--user` runs its remaining steps as 1000 (they ran as root), and a
+/// resume that names another user is refused before anything is touched.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn a_resumed_run_keeps_the_user_its_steps_ran_as() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = format!("did:plc:resumeuser-{}", std::process::id());
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(
+        &steps,
+        "first\techo begun-as-$(id -u); sleep 2\nsecond\techo second-as-$(id -u)\n",
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let outputs = dir.path().join("outputs");
+    let mut args = run_logging_to_stdout("resumeuser", &runner, dir.path(), &steps);
+    let at = args.iter().position(|a| a == "--log").unwrap();
+    args.drain(at..at + 2);
+    for (flag, value) in [
+        ("--log", log.as_os_str()),
+        ("--outputs", outputs.as_os_str()),
+        ("--events", "-".as_ref()),
+        ("--user", "1000:1000".as_ref()),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
+    let mut child = cli().args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut events = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("begun-as-1000") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut events, &mut line).unwrap() > 0);
+    }
+    child.kill().unwrap(); // SIGKILL, mid-step
+    child.wait().unwrap();
+    let resume = |extra: &[&str]| {
+        cli()
+            .args(["resume", "--executor", "docker", "--name", "resumeuser"])
+            .args(["--runner", &runner])
+            .arg("--log")
+            .arg(&log)
+            .arg("--outputs")
+            .arg(&outputs)
+            .arg("--result")
+            .arg(dir.path().join("resumed.json"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let log_before = std::fs::read(&log).unwrap();
+    let refused = resume(&["--user", "0"]);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("1000:1000"), "{said}");
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        log_before,
+        "the log was touched"
+    );
+    let resumed = resume(&[]);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}\n{text}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(text.contains("second-as-1000\n"), "{text}");
+    let probe = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        executor_docker::DockerExecutor::connect(executor_docker::DockerOptions::default())
+            .await
+            .unwrap()
+            .leftovers(&runner)
+            .await
+            .unwrap()
+    });
+    assert!(probe.is_empty(), "{probe:?}");
+}

@@ -22,7 +22,10 @@ impl DockerExecutor {
         let name = environment_name(run, &name_suffix());
         let (network_mode, own) = self.network_for(run, &name);
         if let (Some(network), true) = (&network_mode, own) {
-            labels.insert(network::NETWORK_LABEL.into(), network.clone());
+            labels.insert(bounds::NETWORK_LABEL.into(), network.clone());
+        }
+        if let Some(user) = &self.options.user {
+            labels.insert(bounds::USER_LABEL.into(), user.clone());
         }
         ContainerSpec {
             name,

@@ -170,7 +170,7 @@ impl StepExec for StepChannel<'_> {
             cmd: argv.to_vec(),
             env: self.env.clone(),
             working_dir: self.working_dir.clone(),
-            user: self.executor.options.user.clone(),
+            user: self.executor.user_of(self.id),
         };
         let exec_id = engine.exec_create(self.id, &exec).await?;
         let mut frames = engine

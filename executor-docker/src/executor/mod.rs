@@ -25,11 +25,11 @@ use crate::engine::{ContainerSpec, Engine, ExecSpec};
 use executor_core::resume::{read_plan, Reattached, RunPlan};
 use executor_core::script::ScriptFiles;
 
+mod bounds;
 mod container;
 mod execs;
-mod network;
 use crate::{DockerOptions, PullPolicy};
-pub use network::UNTRUSTED_CAP_DROP;
+pub use bounds::UNTRUSTED_CAP_DROP;
 
 /// How long an exec may take to report that it stopped after its output ended.
 const EXEC_SETTLE: Duration = Duration::from_secs(30);
@@ -41,8 +41,9 @@ pub struct DockerExecutor {
     /// Containers of runs this executor is running now (cleanup spares
     /// them), with the step scripts each holds as files.
     live: Mutex<HashMap<String, ScriptFiles>>,
-    /// The network of its own each of those runs has, if any.
-    networks: Mutex<HashMap<String, Option<String>>>,
+    /// What bounds each of those runs' steps besides its container's own
+    /// settings: its own network and the user its steps run as.
+    bounds: Mutex<HashMap<String, bounds::RunBounds>>,
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
     compress: bool,
 }
@@ -57,7 +58,7 @@ impl DockerExecutor {
             compress: options.compression.applies(None),
             options,
             live: Mutex::new(HashMap::new()),
-            networks: Mutex::new(HashMap::new()),
+            bounds: Mutex::new(HashMap::new()),
         }
     }
 
@@ -172,8 +173,16 @@ impl DockerExecutor {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn networks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<String>>> {
-        self.networks.lock().unwrap_or_else(|p| p.into_inner())
+    fn bounds(&self) -> std::sync::MutexGuard<'_, HashMap<String, bounds::RunBounds>> {
+        self.bounds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The user run `id`'s steps run as: the run's own, as it was started.
+    fn user_of(&self, id: &str) -> Option<String> {
+        match self.bounds().get(id) {
+            Some(bounds) => bounds.user.clone(),
+            None => self.options.user.clone(),
+        }
     }
 }
 
@@ -227,7 +236,8 @@ impl Executor for DockerExecutor {
             }
         };
         self.live().insert(id.clone(), scripts);
-        self.networks().insert(id.clone(), own_network);
+        self.bounds()
+            .insert(id.clone(), bounds::RunBounds::of(&spec.labels));
         Ok(RunHandle::in_container(id))
     }
 
@@ -257,8 +267,9 @@ impl Executor for DockerExecutor {
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
         let q = executor_core::script::quote(path);
+        let user = self.user_of(&run.id);
         let mut mkdir = format!("mkdir -p {q}");
-        if let Some(user) = &self.options.user {
+        if let Some(user) = &user {
             mkdir.push_str(&format!(
                 " && chown {} {q}",
                 executor_core::script::quote(user)
@@ -274,7 +285,7 @@ impl Executor for DockerExecutor {
                 self.body(pack_dir(src)),
             )
             .await?;
-        if let Some(user) = &self.options.user {
+        if let Some(user) = &user {
             let chown = format!("chown -R {} {q}", executor_core::script::quote(user));
             self.exec_as_root(
                 &run.id,
@@ -306,7 +317,7 @@ impl Executor for DockerExecutor {
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
-        let known = self.networks().get(&run.id).cloned();
+        let known = self.bounds().get(&run.id).map(|b| b.network.clone());
         let network = match known {
             Some(known) => known,
             // A run another runner started: its labels say.
@@ -317,7 +328,7 @@ impl Executor for DockerExecutor {
             self.remove_network(network).await?;
         }
         self.live().remove(&run.id);
-        self.networks().remove(&run.id);
+        self.bounds().remove(&run.id);
         Ok(())
     }
 
@@ -328,8 +339,19 @@ impl Executor for DockerExecutor {
         };
         let found = self.runner_containers(runner).await?;
         let ((id, labels), digest) = the_live_run(found, |(_, l)| Some(l), runner, name, place)?;
-        self.networks()
-            .insert(id.clone(), Self::own_network(&labels));
+        let bounds = bounds::RunBounds::of(&labels);
+        // The steps run as the run's user, whoever resumes it.
+        if self.options.user.is_some() && self.options.user != bounds.user {
+            return Err(ExecutorError::InvalidInput(format!(
+                "run {name:?} runs its steps as {}, not DockerOptions::user {:?}: resume it with that user, or none",
+                bounds
+                    .user
+                    .as_deref()
+                    .map_or_else(|| "the image's user".to_string(), |u| format!("user {u}")),
+                self.options.user.as_deref().unwrap_or_default()
+            )));
+        }
+        self.bounds().insert(id.clone(), bounds);
         let handle = RunHandle::in_container(id.clone());
         let plan = read_plan(self, &handle, STATE_DIR, &digest).await?;
         self.live()
@@ -365,7 +387,11 @@ impl Executor for DockerExecutor {
         // Networks of runs whose container is gone (the engine refuses to
         // remove one a container is on), expired or, with `All`, every one
         // but this executor's live runs'.
-        let live: Vec<String> = self.networks().values().flatten().cloned().collect();
+        let live: Vec<String> = self
+            .bounds()
+            .values()
+            .filter_map(|b| b.network.clone())
+            .collect();
         for (name, labels) in self.runner_networks(runner).await? {
             let due = scope == CleanupScope::All || expired(&labels, now);
             if due && !live.contains(&name) && self.engine.remove_network(&name).await? {

@@ -1,5 +1,8 @@
-//! What an untrusted run gets on Docker: a bridge network of its own, so
-//! its container reaches no other run's, and fewer capabilities.
+//! What bounds a run's steps on Docker besides its container's settings:
+//! an untrusted run's network of its own (so its container reaches no
+//! other run's) and fewer capabilities, and the user steps run as, kept
+//! in the container's labels so whoever resumes or stops the run keeps
+//! to them.
 
 use std::collections::HashMap;
 
@@ -10,6 +13,31 @@ use super::DockerExecutor;
 /// The container's label naming the run's own network, so whoever stops
 /// the container (a later runner, resume, the journal) removes it too.
 pub(crate) const NETWORK_LABEL: &str = "knotless.network";
+
+/// The container's label naming the user its steps run as
+/// (`DockerOptions::user`): a step's user is each exec's, not the
+/// container's, so a resumed run reads it back here.
+pub(crate) const USER_LABEL: &str = "knotless.user";
+
+/// What bounds a run's steps besides its container's own settings (its
+/// limits, capabilities, root filesystem and network mode hold for
+/// every exec by themselves), as its labels record it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct RunBounds {
+    /// The run's own network, if it has one.
+    pub(super) network: Option<String>,
+    /// The user its steps run as; `None`: the image's.
+    pub(super) user: Option<String>,
+}
+
+impl RunBounds {
+    pub(super) fn of(labels: &HashMap<String, String>) -> Self {
+        RunBounds {
+            network: labels.get(NETWORK_LABEL).cloned(),
+            user: labels.get(USER_LABEL).cloned(),
+        }
+    }
+}
 
 /// Capabilities Docker grants by default that an untrusted run's
 /// container loses: raw sockets (spoofing and sniffing on a bridge),
