@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::detached::{run_step, Follow, StepEnd, StepExec, StepFiles};
+use crate::detached::{run_step_released, Follow, GatedStart, StepEnd, StepExec, StepFiles};
 use crate::labels::{
     dns_name, label_value, random_hex, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL,
     RUN_RAW_KEY,
@@ -235,33 +235,74 @@ pub struct StepStart<'a> {
     pub reconnect: Duration,
 }
 
-/// Runs `step` in `env` to its outcome: detached, followed through broken
-/// streams ([`run_step`]), and any ending the code cannot explain put to
-/// the environment.
+/// A step's start opened ahead of its time ([`StepCommand::upcoming`]):
+/// its argv, from [`gated_start_argv`], and the exec waiting at its gate.
+pub struct Prepared {
+    /// The argv the exec was opened with.
+    pub argv: Vec<String>,
+    /// The exec, waiting for its release.
+    pub gate: Box<dyn GatedStart>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").finish_non_exhaustive()
+    }
+}
+
+/// The argv of `step`'s start opened ahead, waiting for its release
+/// ([`StepFiles::gated_start_argv`]); [`run_command`] releases it.
 ///
 /// # Errors
-/// As [`run_step`], unless the environment explains it; the environment's
-/// own loss; [`ExecutorError::LostExitStatus`] when the status was lost
-/// and the environment is fine: never a success.
-pub async fn run_command(
-    env: &dyn StepEnvironment,
+/// `InvalidInput` for an id that cannot name files.
+pub fn gated_start_argv(
     step: &StepCommand,
     start: StepStart<'_>,
-    log: &RunLog,
-    interrupt: &CancellationToken,
-) -> Result<CommandOutcome, ExecutorError> {
+) -> Result<Vec<String>, ExecutorError> {
     let files = StepFiles::of(step, STATE_DIR)?;
     let file = start.scripts.path_of(&step.script);
     let script = match &file {
         Some(path) => Script::File(path),
         None => Script::Inline(&step.script),
     };
-    let argv = files.start_argv(start.prelude, script);
+    Ok(files.gated_start_argv(start.prelude, script))
+}
+
+/// Runs `step` in `env` to its outcome: detached, followed through broken
+/// streams ([`run_step`](crate::detached::run_step)), and any ending the
+/// code cannot explain put to the environment. A start opened ahead
+/// (`prepared`) is released instead of opened.
+///
+/// # Errors
+/// As [`run_step`](crate::detached::run_step), unless the environment
+/// explains it; the environment's own loss;
+/// [`ExecutorError::LostExitStatus`] when the status was lost and the
+/// environment is fine: never a success.
+pub async fn run_command(
+    env: &dyn StepEnvironment,
+    step: &StepCommand,
+    start: StepStart<'_>,
+    prepared: Option<Prepared>,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+) -> Result<CommandOutcome, ExecutorError> {
+    let files = StepFiles::of(step, STATE_DIR)?;
+    let (argv, gate) = match prepared {
+        Some(Prepared { argv, gate }) => (argv, Some(gate)),
+        None => {
+            let file = start.scripts.path_of(&step.script);
+            let script = match &file {
+                Some(path) => Script::File(path),
+                None => Script::Inline(&step.script),
+            };
+            (files.start_argv(start.prelude, script), None)
+        }
+    };
     let follow = Follow {
         reconnect: start.reconnect,
         from: step.follow_from,
     };
-    let ended = match run_step(env, &files, &argv, log, interrupt, follow).await {
+    let ended = match run_step_released(env, &files, &argv, gate, log, interrupt, follow).await {
         Ok(ended) => ended,
         // An environment gone under the step is lost, not a refused call.
         Err(err) => return env.explain(None, &files).await?.ok_or(err),

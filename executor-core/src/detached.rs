@@ -211,6 +211,17 @@ record() {
 echo $! > "$d.pid"
 wait $!"#;
 
+/// What a gated start ([`StepFiles::gated_start_argv`]) reads before it
+/// does anything: the one line that releases it.
+pub const GATE_OPEN: &[u8] = b"go\n";
+
+/// The gate of a start opened ahead: nothing happens before the line
+/// `go`, and the exec's stdin is let go of once it came (the step's own
+/// is `/dev/null`).
+const GATE: &str = r#"IFS= read -r go || exit 0
+[ "$go" = go ] || exit 0
+exec 0</dev/null"#;
+
 /// What a start and a follow do first: keep the exec's streams as fds 3
 /// and 4, and send the shell's own words (a fork that failed, a tool
 /// that is missing) nowhere. Only the step's output, and the marks, go
@@ -332,6 +343,27 @@ impl StepFiles {
             arg.into(),
             crate::labels::random_hex(16),
         ]
+    }
+
+    /// [`StepFiles::start_argv`] opened ahead of its time: the exec's
+    /// shell first reads one line from its stdin, and starts the step
+    /// only if that line is `go` ([`GATE_OPEN`]). Its stdin closed, or
+    /// anything else, and it exits having started nothing, so a start
+    /// opened for a step that never comes (an earlier one failed, the
+    /// runner died) runs nothing.
+    ///
+    /// ```
+    /// use executor_core::detached::{StepFiles, marks_its_end};
+    /// use executor_core::script::Script;
+    /// let files = StepFiles::new("/.knotless", "a1s1-00");
+    /// let argv = files.gated_start_argv("", Script::File("/.knotless/step-ab.sh"));
+    /// assert!(argv[2].starts_with("IFS= read -r go"));
+    /// assert!(marks_its_end(&argv));
+    /// ```
+    pub fn gated_start_argv(&self, prelude: &str, script: Script<'_>) -> Vec<String> {
+        let mut argv = self.start_argv(prelude, script);
+        argv[2] = format!("{GATE}\n{}", argv[2]);
+        argv
     }
 
     /// The argv that sends the step's output on from `from` and exits 0
@@ -493,6 +525,65 @@ pub enum StepEnd {
     Lost(String),
 }
 
+/// `argv` of a gated start, without its gate: the same start, opened now.
+fn ungated(argv: &[String]) -> Vec<String> {
+    let mut plain = argv.to_vec();
+    if let Some(script) = plain.get_mut(2) {
+        if let Some(rest) = script.strip_prefix(GATE).and_then(|s| s.strip_prefix('\n')) {
+            *script = rest.to_string();
+        }
+    }
+    plain
+}
+
+/// A start opened ahead ([`StepFiles::gated_start_argv`]), waiting at its
+/// gate. Dropped unreleased, it must let the exec's stdin close, so that
+/// the exec ends having started nothing.
+#[async_trait]
+pub trait GatedStart: Send {
+    /// Sends [`GATE_OPEN`] and then is what [`StepExec::exec`] would have
+    /// been for its argv: its output into the writers until it ends or
+    /// `interrupt` fires.
+    ///
+    /// # Errors
+    /// As [`StepExec::exec`]; an exec whose gate could not be written to
+    /// ends as [`ExecEnd::Cut`], not an error: it may have started.
+    async fn release(
+        self: Box<Self>,
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError>;
+}
+
+/// The first exec of a step that was opened ahead: its release, then the
+/// exec as usual for whatever follows.
+struct Released<'a> {
+    gate: std::sync::Mutex<Option<Box<dyn GatedStart>>>,
+    exec: &'a dyn StepExec,
+}
+
+#[async_trait]
+impl StepExec for Released<'_> {
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match gate {
+            Some(gate) => gate.release(stdout, stderr, interrupt).await,
+            None => self.exec.exec(argv, stdout, stderr, interrupt).await,
+        }
+    }
+
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        self.exec.kill(script).await
+    }
+}
+
 /// What [`run_step`] needs besides the exec.
 #[derive(Debug, Clone, Copy)]
 pub struct Follow {
@@ -521,9 +612,35 @@ pub async fn run_step(
     interrupt: &CancellationToken,
     follow: Follow,
 ) -> Result<StepEnd, ExecutorError> {
+    run_step_released(exec, files, start, None, log, interrupt, follow).await
+}
+
+/// [`run_step`] whose start was opened ahead as `gate` (its argv is
+/// `start`, from [`StepFiles::gated_start_argv`]): released instead of
+/// opened, and followed as any start is.
+///
+/// # Errors
+/// As [`run_step`].
+pub async fn run_step_released(
+    exec: &dyn StepExec,
+    files: &StepFiles,
+    start: &[String],
+    gate: Option<Box<dyn GatedStart>>,
+    log: &RunLog,
+    interrupt: &CancellationToken,
+    follow: Follow,
+) -> Result<StepEnd, ExecutorError> {
+    let gated = gate.is_some();
+    let released = Released {
+        gate: std::sync::Mutex::new(gate),
+        exec,
+    };
     let mut out = Counted::new(log.writer_for(OutputStream::Stdout));
     let mut err = Counted::new(log.writer_for(OutputStream::Stderr));
-    let marked = Marked { exec, log };
+    let marked = Marked {
+        exec: &released,
+        log,
+    };
     let first = match follow.from {
         None => marked.exec(start, &mut out, &mut err, interrupt).await?,
         Some(from) => match started(exec, files, follow, log, interrupt).await? {
@@ -538,6 +655,22 @@ pub async fn run_step(
             )),
             None => return killed(exec, files).await,
         },
+    };
+    // A start opened ahead whose exec broke may have died at its gate
+    // (an idle connection dropped while the step before ran): if the
+    // step's pipes are not there, it never started, so it starts now,
+    // ungated. A release that got through after all is not run twice:
+    // the later start finds the pipes and follows the first.
+    let first = match first {
+        ExecEnd::Cut(why) if gated => match started(exec, files, follow, log, interrupt).await? {
+            Some(true) => ExecEnd::Cut(why),
+            Some(false) => {
+                let plain = ungated(start);
+                marked.exec(&plain, &mut out, &mut err, interrupt).await?
+            }
+            None => return killed(exec, files).await,
+        },
+        other => other,
     };
     let why = match first {
         ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),

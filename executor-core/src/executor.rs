@@ -64,8 +64,9 @@ impl RunHandle {
 pub struct StepCommand {
     /// Names the step's files in the environment (see
     /// [`StepFiles`](crate::detached::StepFiles)), so unique within the
-    /// run's environment: the driver gives `a{attempt}s{index}`, which a
-    /// resumed run ([`crate::resume`]) finds again.
+    /// run's environment: the driver gives [`RunLog::step_id`], which no
+    /// step can know beforehand and a resumed run ([`crate::resume`])
+    /// finds again.
     pub id: String,
     /// The step's name, for logs and process bookkeeping.
     pub name: String,
@@ -78,6 +79,13 @@ pub struct StepCommand {
     /// log had) instead of starting it again. A backend that cannot
     /// follow refuses resume before any step ([`Executor::reattach`]).
     pub follow_from: Option<crate::detached::Offsets>,
+    /// The steps that come next if this one succeeds (the driver gives
+    /// up to two), so a backend can open their starts while this one
+    /// runs and release each with one message: a step then costs about
+    /// one round trip to a remote environment instead of an exec's
+    /// set-up. A backend may ignore it; an opened start that is never
+    /// released runs nothing.
+    pub upcoming: Vec<StepCommand>,
 }
 
 impl StepCommand {
@@ -93,6 +101,7 @@ impl StepCommand {
             script: script.into(),
             env,
             follow_from: None,
+            upcoming: Vec::new(),
         }
     }
 

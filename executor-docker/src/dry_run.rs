@@ -105,6 +105,14 @@ impl Engine for DryRunEngine {
         };
         Ok(futures_util::stream::iter(frames).boxed())
     }
+    async fn exec_start_with_input(
+        &self,
+        exec_id: &str,
+    ) -> Result<(ExecOutput, crate::engine::ExecInput), ExecutorError> {
+        let output = self.exec_start(exec_id).await?;
+        self.say(format!("  (and stdin: the line {:?})", "go"));
+        Ok((output, Box::pin(tokio::io::sink())))
+    }
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {
         self.say(format!("GET /exec/{exec_id}/json"));
         Ok(ExecState {

@@ -63,6 +63,8 @@ pub struct ExecSpec {
     pub working_dir: String,
     /// User to run as; `None` is the container's user.
     pub user: Option<String>,
+    /// Whether its stdin is attached, for [`Engine::exec_start_with_input`].
+    pub stdin: bool,
 }
 
 /// An exec's state once inspected.
@@ -95,6 +97,9 @@ pub struct Listed {
     /// Its labels.
     pub labels: HashMap<String, String>,
 }
+
+/// An exec's stdin, as the engine takes it.
+pub type ExecInput = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
 /// A stream of bytes from the engine (an archive being downloaded).
 pub type OutputStream = BoxStream<'static, Result<Bytes, ExecutorError>>;
@@ -129,6 +134,13 @@ pub trait Engine: Send + Sync {
     async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError>;
     /// `POST /exec/{exec}/start`, attached: the exec's merged output.
     async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError>;
+    /// `POST /exec/{exec}/start`, attached both ways, for an exec created
+    /// with [`ExecSpec::stdin`]: its output, and its stdin to write to
+    /// (dropped, the exec's stdin closes).
+    async fn exec_start_with_input(
+        &self,
+        exec_id: &str,
+    ) -> Result<(ExecOutput, ExecInput), ExecutorError>;
     /// `GET /exec/{exec}/json`.
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError>;
     /// `GET /containers/{id}/json`.

@@ -135,6 +135,8 @@ impl DockerExecutor {
     /// An executor that prints the container config and every engine call
     /// to `out`, and contacts nothing.
     pub fn dry_run(options: DockerOptions, out: impl std::io::Write + Send + 'static) -> Self {
-        Self::with_engine(Arc::new(DryRunEngine::new(out)), options)
+        let mut executor = Self::with_engine(Arc::new(DryRunEngine::new(out)), options);
+        executor.dry = true;
+        executor
     }
 }

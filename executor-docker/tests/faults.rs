@@ -440,6 +440,7 @@ async fn an_interrupted_step_leaves_no_process_behind() {
     let step = |script: &str| executor_core::StepCommand {
         id: executor_core::labels::random_hex(8),
         follow_from: None,
+        upcoming: Vec::new(),
         name: "s".into(),
         script: script.into(),
         env: handle.standard_env(),

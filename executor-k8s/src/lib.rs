@@ -159,6 +159,9 @@ impl K8sExecutor {
         options: K8sOptions,
         out: impl std::io::Write + Send + 'static,
     ) -> Self {
-        Self::with_cluster(Arc::new(DryRunCluster::new(namespace, out)), options)
+        let mut executor =
+            Self::with_cluster(Arc::new(DryRunCluster::new(namespace, out)), options);
+        executor.dry = true;
+        executor
     }
 }

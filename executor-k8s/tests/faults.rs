@@ -306,6 +306,7 @@ async fn a_cut_step_whose_supervisor_is_gone_is_a_lost_status_never_success() {
     let command = executor_core::StepCommand {
         id: executor_core::labels::random_hex(8),
         follow_from: None,
+        upcoming: Vec::new(),
         name: "cut".into(),
         script: spec.steps[0].script.clone(),
         env: handle.standard_env(),

@@ -54,6 +54,7 @@ fn step(env: &[(&str, &str)]) -> StepCommand {
     StepCommand {
         id: executor_core::labels::random_hex(8),
         follow_from: None,
+        upcoming: Vec::new(),
         name: "s".into(),
         script: "make".into(),
         env: env

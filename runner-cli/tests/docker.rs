@@ -409,6 +409,7 @@ async fn retry_recovers_from_a_container_removed_mid_step() {
                 env: Vec::new(),
                 working_dir: "/".into(),
                 user: None,
+                stdin: false,
             };
             let exec_id = engine.exec_create(&ids[0], &exec).await.unwrap();
             let mut out = engine.exec_start(&exec_id).await.unwrap();

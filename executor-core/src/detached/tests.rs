@@ -1035,3 +1035,121 @@ async fn a_mark_without_the_execs_key_ends_nothing_and_is_output() {
         assert_eq!(stdout.as_bytes(), &forged[..]);
     }
 }
+
+/// A gated start on the host: `argv` under `shell` with `stdin` as its
+/// standard input; its exit code, and whether it made the step's pipes.
+async fn gated_on_host(
+    shell: &[&str],
+    argv: &[String],
+    stdin: &[u8],
+    files: &StepFiles,
+) -> (i32, bool) {
+    let exec = HostExec::new(shell, &[]);
+    let mut cmd = exec.command(argv);
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{e}"));
+    let mut input = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    input
+        .write_all(stdin)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    drop(input);
+    let out = child
+        .wait_with_output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let made = Path::new(&format!("{}.o", files.prefix)).exists();
+    (out.status.code().unwrap_or(-1), made)
+}
+
+/// A start opened ahead runs nothing until its line comes: its stdin
+/// closed, or any other line, and it ends with 0 having made nothing; on
+/// `go` it is the step's start.
+#[tokio::test]
+async fn a_gated_start_runs_nothing_without_its_line() {
+    for shell in shells() {
+        for (stdin, runs) in [
+            (&b""[..], false),
+            (b"stop\n", false),
+            (b"go", false),
+            (b"go\n", true),
+        ] {
+            let (_dir, files) = state();
+            let argv = files.gated_start_argv("", Script::Inline("echo ran; exit 4"));
+            let (code, made) = gated_on_host(&shell, &argv, stdin, &files).await;
+            assert_eq!(made, runs, "{shell:?} {stdin:?}");
+            assert_eq!(code, if runs { 4 } else { 0 }, "{shell:?} {stdin:?}");
+        }
+    }
+}
+
+/// A released start whose exec broke before the step began.
+struct DiedAtTheGate;
+
+#[async_trait]
+impl GatedStart for DiedAtTheGate {
+    async fn release(
+        self: Box<Self>,
+        _: &mut (dyn AsyncWrite + Send + Unpin),
+        _: &mut (dyn AsyncWrite + Send + Unpin),
+        _: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError> {
+        Ok(ExecEnd::Cut(
+            "the connection was dropped while it waited".into(),
+        ))
+    }
+}
+
+/// A start opened ahead whose exec died at its gate (an idle connection
+/// dropped while the step before ran) never started the step: the
+/// runner finds no pipes and starts it then, once, with its own code and
+/// output; one that did start is followed, never run twice.
+#[tokio::test]
+async fn a_start_that_died_at_its_gate_is_started_then_never_twice() {
+    for shell in shells() {
+        let (_dir, files) = state();
+        let exec = HostExec::new(&shell, &[]);
+        let script = "echo out; exit 5";
+        let argv = files.gated_start_argv("", Script::Inline(script));
+        let (log, _) = RunLog::memory();
+        let end = run_step_released(
+            &exec,
+            &files,
+            &argv,
+            Some(Box::new(DiedAtTheGate)),
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(end, StepEnd::Exited(5), "{shell:?}");
+        let execs = exec.execs.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // The probe, then the start without its gate.
+        assert_eq!(execs.len(), 2, "{shell:?}: {execs:?}");
+        assert!(!execs[1][2].contains("read -r go"), "{shell:?}");
+
+        // Released after all, and started: the probe finds it, and it is
+        // followed, not started again.
+        let (_dir, files) = state();
+        let script = format!("echo once >> {}.count; exit 6", files.prefix);
+        let argv = files.gated_start_argv("", Script::Inline(&script));
+        let (code, made) = gated_on_host(&shell, &argv, b"go\n", &files).await;
+        assert!(made && code == 6, "{shell:?}");
+        let exec = HostExec::new(&shell, &[]);
+        let end = run_step_released(
+            &exec,
+            &files,
+            &argv,
+            Some(Box::new(DiedAtTheGate)),
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(end, StepEnd::Exited(6), "{shell:?}");
+        let count = std::fs::read_to_string(format!("{}.count", files.prefix)).unwrap_or_default();
+        assert_eq!(count, "once\n", "{shell:?}");
+    }
+}

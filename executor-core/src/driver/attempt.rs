@@ -327,6 +327,36 @@ struct Place {
     resumed: Option<Resumed>,
 }
 
+/// How many steps after the running one a backend is told of
+/// ([`StepCommand::upcoming`]): enough to have the next start open when a
+/// short step ends, over a link where opening one takes a few round trips.
+const UPCOMING: usize = 2;
+
+/// The command of the step at `index` of `attempt`.
+fn command_of(
+    handle: &RunHandle,
+    spec: &RunSpec,
+    step: &crate::Step,
+    attempt: u32,
+    index: usize,
+    log: &RunLog,
+) -> StepCommand {
+    StepCommand {
+        // The same in a resumed run: the log's mark keeps its key.
+        id: log.step_id(attempt, index),
+        follow_from: None,
+        upcoming: Vec::new(),
+        name: step.name.clone(),
+        script: step.script.clone(),
+        env: handle
+            .standard_env()
+            .into_iter()
+            .chain(spec.env.iter().cloned())
+            .chain(step.env.iter().cloned())
+            .collect(),
+    }
+}
+
 /// Runs one step; the failure is `Some` when the run must end here.
 async fn run_step(
     executor: &dyn Executor,
@@ -337,19 +367,16 @@ async fn run_step(
     log: &RunLog,
     watch: &Watch<'_>,
 ) -> (StepResult, Option<Failure>) {
-    let command = StepCommand {
-        // The same in a resumed run: the log's mark keeps its key.
-        id: log.step_id(place.attempt, place.index),
-        follow_from: place.resumed.map(|r| r.from),
-        name: step.name.clone(),
-        script: step.script.clone(),
-        env: handle
-            .standard_env()
-            .into_iter()
-            .chain(spec.env.iter().cloned())
-            .chain(step.env.iter().cloned())
-            .collect(),
-    };
+    let mut command = command_of(handle, spec, step, place.attempt, place.index, log);
+    command.follow_from = place.resumed.map(|r| r.from);
+    command.upcoming = spec
+        .steps
+        .iter()
+        .enumerate()
+        .skip(place.index.saturating_add(1))
+        .take(UPCOMING)
+        .map(|(index, next)| command_of(handle, spec, next, place.attempt, index, log))
+        .collect();
     let started_at = place
         .resumed
         .map_or_else(OffsetDateTime::now_utc, |r| r.started_at);

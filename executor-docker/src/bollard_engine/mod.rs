@@ -21,8 +21,8 @@ use tokio_util::io::ReaderStream;
 mod networks;
 
 use crate::engine::{
-    ContainerSpec, ContainerState, Engine, ExecOutput, ExecSpec, ExecState, Listed, OutputStream,
-    StepStream,
+    ContainerSpec, ContainerState, Engine, ExecInput, ExecOutput, ExecSpec, ExecState, Listed,
+    OutputStream, StepStream,
 };
 
 /// Where the docker CLI looks when `DOCKER_HOST` is not set.
@@ -267,7 +267,7 @@ impl BollardEngine {
             // detached execs never report an exit code: always attach.
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            attach_stdin: Some(false),
+            attach_stdin: Some(exec.stdin),
             tty: Some(false),
             ..Default::default()
         };
@@ -399,6 +399,54 @@ impl BollardEngine {
     }
 }
 
+impl BollardEngine {
+    /// Starts an exec attached: its output, and its stdin (closed by the
+    /// engine at once unless the exec was created with it attached).
+    async fn exec_start_attached(
+        &self,
+        exec_id: &str,
+    ) -> Result<(ExecOutput, ExecInput), ExecutorError> {
+        let options = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: Some(64 * 1024),
+        };
+        let started = self
+            .docker
+            .start_exec(exec_id, Some(options))
+            .await
+            .map_err(fail(format!("starting exec {exec_id}")))?;
+        if self.pooled {
+            // The upgrade took its connection out of the pool: open the
+            // next call's while this exec runs.
+            let docker = self.docker.clone();
+            tokio::spawn(async move {
+                if let Err(err) = docker.ping().await {
+                    tracing::debug!(%err, "warming a connection for the next call failed");
+                }
+            });
+        }
+        match started {
+            StartExecResults::Attached { output, input } => Ok((
+                output
+                    .map_ok(|chunk| match chunk {
+                        LogOutput::StdErr { message } => (StepStream::Stderr, message),
+                        LogOutput::StdOut { message }
+                        | LogOutput::Console { message }
+                        | LogOutput::StdIn { message } => (StepStream::Stdout, message),
+                    })
+                    .map_err(fail("reading exec output"))
+                    .boxed(),
+                input,
+            )),
+            StartExecResults::Detached => Err(ExecutorError::backend(
+                format!("starting exec {exec_id}"),
+                "the engine detached an exec that asked to attach",
+            )),
+        }
+    }
+}
+
 #[async_trait]
 impl Engine for BollardEngine {
     async fn image_present(&self, image: &str) -> Result<bool, ExecutorError> {
@@ -461,41 +509,14 @@ impl Engine for BollardEngine {
     }
 
     async fn exec_start(&self, exec_id: &str) -> Result<ExecOutput, ExecutorError> {
-        let options = StartExecOptions {
-            detach: false,
-            tty: false,
-            output_capacity: Some(64 * 1024),
-        };
-        let started = self
-            .docker
-            .start_exec(exec_id, Some(options))
-            .await
-            .map_err(fail(format!("starting exec {exec_id}")))?;
-        if self.pooled {
-            // The upgrade took its connection out of the pool: open the
-            // next call's while this exec runs.
-            let docker = self.docker.clone();
-            tokio::spawn(async move {
-                if let Err(err) = docker.ping().await {
-                    tracing::debug!(%err, "warming a connection for the next call failed");
-                }
-            });
-        }
-        match started {
-            StartExecResults::Attached { output, .. } => Ok(output
-                .map_ok(|chunk| match chunk {
-                    LogOutput::StdErr { message } => (StepStream::Stderr, message),
-                    LogOutput::StdOut { message }
-                    | LogOutput::Console { message }
-                    | LogOutput::StdIn { message } => (StepStream::Stdout, message),
-                })
-                .map_err(fail("reading exec output"))
-                .boxed()),
-            StartExecResults::Detached => Err(ExecutorError::backend(
-                format!("starting exec {exec_id}"),
-                "the engine detached an exec that asked to attach",
-            )),
-        }
+        Ok(self.exec_start_attached(exec_id).await?.0)
+    }
+
+    async fn exec_start_with_input(
+        &self,
+        exec_id: &str,
+    ) -> Result<(ExecOutput, ExecInput), ExecutorError> {
+        self.exec_start_attached(exec_id).await
     }
 
     async fn exec_inspect(&self, exec_id: &str) -> Result<ExecState, ExecutorError> {

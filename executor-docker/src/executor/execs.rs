@@ -27,6 +27,7 @@ impl DockerExecutor {
             env: Vec::new(),
             working_dir: "/".into(),
             user: Some("0".into()),
+            stdin: false,
         };
         let exec_id = self.engine.exec_create(id, &exec).await?;
         let mut output = self.engine.exec_start(&exec_id).await?;
@@ -126,6 +127,49 @@ impl DockerExecutor {
     }
 }
 
+/// Sends an exec's output into the writers until it ends: `None` when
+/// its stream ended as a whole one does, else how it ended (interrupted,
+/// or cut). A slow log holds the output back (back-pressure on the
+/// step); an interrupt still ends it at once.
+pub(super) async fn pump(
+    output: crate::engine::ExecOutput,
+    stdout: &mut (dyn AsyncWrite + Send + Unpin),
+    stderr: &mut (dyn AsyncWrite + Send + Unpin),
+    interrupt: &CancellationToken,
+) -> Result<Option<ExecEnd>, ExecutorError> {
+    let mut frames = output.map_ok(|(stream, bytes)| Frame::<Infallible>::Output(stream, bytes));
+    let mut gathered = Gathered::new();
+    let mut broke = None;
+    let pumped = async {
+        while let Some(chunk) = gathered.next(&mut frames).await {
+            let written = match chunk {
+                Ok(Frame::Output(StepStream::Stdout, bytes)) => stdout.write_all(&bytes).await,
+                Ok(Frame::Output(StepStream::Stderr, bytes)) => stderr.write_all(&bytes).await,
+                Ok(Frame::Other(never)) => match never {},
+                Err(err) => {
+                    broke = Some(err.to_string());
+                    break;
+                }
+            };
+            if let Err(err) = written {
+                return Err(ExecutorError::backend(
+                    "writing the step's output",
+                    err.to_string(),
+                ));
+            }
+        }
+        Ok(())
+    };
+    tokio::select! {
+        r = pumped => r?,
+        _ = interrupt.cancelled() => return Ok(Some(ExecEnd::Interrupted)),
+    }
+    // The engine kills an exec's own process when its client goes
+    // away, so a code after a broken stream is that kill's, not the
+    // step's.
+    Ok(broke.map(|why| ExecEnd::Cut(format!("output broke off: {why}"))))
+}
+
 /// The exit code Docker records for an exec whose attached client went
 /// away (it kills the exec's process), whatever the process would have
 /// exited with.
@@ -171,45 +215,12 @@ impl StepExec for StepChannel<'_> {
             env: self.env.clone(),
             working_dir: self.working_dir.clone(),
             user: self.executor.user_of(self.id),
+            stdin: false,
         };
         let exec_id = engine.exec_create(self.id, &exec).await?;
-        let mut frames = engine
-            .exec_start(&exec_id)
-            .await?
-            .map_ok(|(stream, bytes)| Frame::<Infallible>::Output(stream, bytes));
-        let mut gathered = Gathered::new();
-        let mut broke = None;
-        // A slow log holds the output back (back-pressure on the step); an
-        // interrupt still ends it at once.
-        let pump = async {
-            while let Some(chunk) = gathered.next(&mut frames).await {
-                let written = match chunk {
-                    Ok(Frame::Output(StepStream::Stdout, bytes)) => stdout.write_all(&bytes).await,
-                    Ok(Frame::Output(StepStream::Stderr, bytes)) => stderr.write_all(&bytes).await,
-                    Ok(Frame::Other(never)) => match never {},
-                    Err(err) => {
-                        broke = Some(err.to_string());
-                        break;
-                    }
-                };
-                if let Err(err) = written {
-                    return Err(ExecutorError::backend(
-                        "writing the step's output",
-                        err.to_string(),
-                    ));
-                }
-            }
-            Ok(())
-        };
-        tokio::select! {
-            r = pump => r?,
-            _ = interrupt.cancelled() => return Ok(ExecEnd::Interrupted),
-        }
-        // The engine kills an exec's own process when its client goes
-        // away, so a code after a broken stream is that kill's, not the
-        // step's.
-        if let Some(why) = broke {
-            return Ok(ExecEnd::Cut(format!("output broke off: {why}")));
+        let output = engine.exec_start(&exec_id).await?;
+        if let Some(end) = pump(output, stdout, stderr, interrupt).await? {
+            return Ok(end);
         }
         // A start's or a follow's end marks carry its status: asking the
         // engine would cost a call a step, and a code it recorded after
@@ -235,6 +246,10 @@ impl StepExec for StepChannel<'_> {
     }
 
     async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
+        // The next steps' starts waiting at their gates hold processes the
+        // kill may need (the step may have left none free): they go first,
+        // and open again as usual.
+        self.executor.drop_ahead(self.id);
         self.executor
             .exec_as_root(self.id, script, "killing the step")
             .await

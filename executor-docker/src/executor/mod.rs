@@ -25,6 +25,7 @@ use crate::engine::{ContainerSpec, Engine, ExecSpec};
 use executor_core::resume::{read_plan, Reattached, RunPlan};
 use executor_core::script::ScriptFiles;
 
+mod ahead;
 mod bounds;
 mod container;
 mod execs;
@@ -46,6 +47,10 @@ pub struct DockerExecutor {
     bounds: Mutex<HashMap<String, bounds::RunBounds>>,
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
     compress: bool,
+    /// The starts of upcoming steps opened ahead ([`ahead`]).
+    ahead: Mutex<ahead::AheadMap>,
+    /// A dry-run: every call is printed once, when it is made.
+    pub(crate) dry: bool,
 }
 
 impl DockerExecutor {
@@ -59,6 +64,8 @@ impl DockerExecutor {
             options,
             live: Mutex::new(HashMap::new()),
             bounds: Mutex::new(HashMap::new()),
+            ahead: Mutex::new(HashMap::new()),
+            dry: false,
         }
     }
 
@@ -173,6 +180,10 @@ impl DockerExecutor {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn ahead(&self) -> std::sync::MutexGuard<'_, ahead::AheadMap> {
+        self.ahead.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn bounds(&self) -> std::sync::MutexGuard<'_, HashMap<String, bounds::RunBounds>> {
         self.bounds.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -262,7 +273,10 @@ impl Executor for DockerExecutor {
             prelude: "",
             reconnect: self.options.reconnect_timeout,
         };
-        run_command(&channel, step, start, log, &interrupt).await
+        let prepared = self.take_ahead(id, step).await;
+        // The next steps' starts open while this one runs.
+        self.open_ahead(id, &run.work_dir, step, start);
+        run_command(&channel, step, start, prepared, log, &interrupt).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -329,6 +343,7 @@ impl Executor for DockerExecutor {
         }
         self.live().remove(&run.id);
         self.bounds().remove(&run.id);
+        self.drop_ahead(&run.id);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ fn step() -> StepCommand {
     StepCommand {
         id: executor_core::labels::random_hex(8),
         follow_from: None,
+        upcoming: Vec::new(),
         name: "s".into(),
         script: "echo hi".into(),
         env: vec![("SECRET".into(), "v".into())],

@@ -24,6 +24,7 @@ use crate::{wait, K8sOptions};
 use executor_core::resume::{read_plan, Reattached, RunPlan};
 use executor_core::script::ScriptFiles;
 
+mod ahead;
 mod pod_exec;
 mod variables;
 
@@ -42,6 +43,25 @@ pub struct K8sExecutor {
     compress: bool,
     /// Per pod, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
+    /// The starts of upcoming steps opened ahead ([`ahead`]).
+    ahead: Mutex<ahead::AheadMap>,
+    /// A dry-run: every call is printed once, when it is made.
+    pub(crate) dry: bool,
+}
+
+/// What a step's shell runs before its script: its variables (the
+/// command line names them only; their values are in the pod) and `cd`.
+fn step_prelude(
+    live: &LiveRun,
+    step: &StepCommand,
+    work_dir: &str,
+) -> Result<String, ExecutorError> {
+    let mut prelude = live.variables.prelude(step)?;
+    prelude.push_str(&format!(
+        "cd {} && ",
+        executor_core::script::quote(work_dir)
+    ));
+    Ok(prelude)
 }
 
 #[derive(Clone)]
@@ -70,6 +90,8 @@ impl K8sExecutor {
             v5: Mutex::new(None),
             granted: Mutex::new(std::collections::HashSet::new()),
             gzip_in: Mutex::new(HashMap::new()),
+            ahead: Mutex::new(HashMap::new()),
+            dry: false,
         }
     }
 
@@ -376,12 +398,7 @@ impl Executor for K8sExecutor {
                 run.id
             ))
         })?;
-        // The command line names variables only; their values are in the pod.
-        let mut prelude = live.variables.prelude(step)?;
-        prelude.push_str(&format!(
-            "cd {} && ",
-            executor_core::script::quote(&run.work_dir)
-        ));
+        let prelude = step_prelude(&live, step, &run.work_dir)?;
         let channel = pod_exec::StepChannel {
             executor: self,
             live: &live,
@@ -391,7 +408,16 @@ impl Executor for K8sExecutor {
             prelude: &prelude,
             reconnect: self.options.reconnect_timeout,
         };
-        run_command(&channel, step, start, log, &interrupt).await
+        let prepared = self.take_ahead(&run.id, step).await;
+        // The next steps' starts open while this one runs.
+        self.open_ahead(
+            &run.id,
+            &live,
+            &run.work_dir,
+            step,
+            self.options.reconnect_timeout,
+        );
+        run_command(&channel, step, start, prepared, log, &interrupt).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -461,6 +487,7 @@ impl Executor for K8sExecutor {
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
+        self.drop_ahead(&run.id);
         let live = self.live().remove(&run.id);
         let (selector, has_secret) = match &live {
             Some(l) => (l.pod_selector.clone(), l.has_secret),

@@ -135,6 +135,7 @@ async fn run_step(
     let command = StepCommand {
         id: executor_core::labels::random_hex(8),
         follow_from: None,
+        upcoming: Vec::new(),
         name: "s".into(),
         script: "make".into(),
         env,
@@ -264,6 +265,7 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
             &StepCommand {
                 id: executor_core::labels::random_hex(8),
                 follow_from: None,
+                upcoming: Vec::new(),
                 name: "s".into(),
                 script: "make".into(),
                 env: Vec::new(),

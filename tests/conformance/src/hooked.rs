@@ -122,6 +122,7 @@ impl Executor for Hooked<'_> {
             let probe = StepCommand {
                 id: executor_core::labels::random_hex(8),
                 follow_from: None,
+                upcoming: Vec::new(),
                 name: "probe".into(),
                 script: script.clone(),
                 env: run.standard_env(),

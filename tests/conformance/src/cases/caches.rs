@@ -131,6 +131,7 @@ pub async fn crashed_save_leaves_the_old_copy(backend: &dyn Backend) {
     let write = StepCommand {
         id: executor_core::labels::random_hex(8),
         follow_from: None,
+        upcoming: Vec::new(),
         name: "write".into(),
         script: "mkdir -p .cache-dir && echo crashed > .cache-dir/built && \
                  for i in $(seq 20); do echo $i > .cache-dir/f$i; done"
