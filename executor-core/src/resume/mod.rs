@@ -15,7 +15,7 @@
 //! - the step's own files in the environment: its record, its pid and,
 //!   once it ended, its status.
 //!
-//! [`Executor::reattach`](crate::Executor::reattach) finds the live
+//! [`Executor::reattach`] finds the live
 //! environment and its plan; [`RunLog::resume`](crate::RunLog::resume)
 //! cuts the log back to its mark; [`resume_with`] follows the running
 //! step on from the mark's bytes, runs the steps after it, saves the
@@ -50,7 +50,7 @@ pub use plan::{PlannedStep, RunPlan, MAX_PLAN_BYTES, PLAN_DIGEST_KEY, PLAN_DIR, 
 use crate::tar::UnpackLimits;
 use crate::{Executor, ExecutorError, RunHandle};
 
-/// A live run found again by [`Executor::reattach`](crate::Executor::reattach).
+/// A live run found again by [`Executor::reattach`].
 #[derive(Debug, Clone)]
 pub struct Reattached {
     /// The environment, as `start` returned it.
