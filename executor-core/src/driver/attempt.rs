@@ -330,7 +330,7 @@ struct Place {
 /// How many steps after the running one a backend is told of
 /// ([`StepCommand::upcoming`]): enough to have the next start open when a
 /// short step ends, over a link where opening one takes a few round trips.
-const UPCOMING: usize = 2;
+const UPCOMING: usize = 3;
 
 /// The command of the step at `index` of `attempt`.
 fn command_of(
