@@ -118,3 +118,61 @@ async fn compressed_a_cache_comes_back_warm() {
 async fn compressed_an_unpackable_checkout_fails_by_name() {
     executor_conformance::unpackable_checkout_fails_by_name(&always().await).await;
 }
+
+/// Outputs of 4 MiB of text come back down the link a fraction of their
+/// size with `Auto`, whole with `Never`, and land the same either way.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_compresses_the_outputs_over_a_link_and_never_does_not() {
+    let size: u64 = 4 << 20;
+    let mut received = Vec::new();
+    for compression in [Compression::Auto, Compression::Never] {
+        let fx = Fixture::new("compressedout");
+        let (link, backend) = through_a_link(compression).await;
+        let spec = fx.spec(&backend, "compressedout").step(Step::new(
+            "write",
+            format!(
+                "yes 'a line of a report, as a test run writes many' | head -c {size} > \"$OUTPUTS_DIR/report.txt\"; \
+                 mkdir \"$OUTPUTS_DIR/sub\" && echo small > \"$OUTPUTS_DIR/sub/one\""
+            ),
+        ));
+        let before = link.stats().bytes().1;
+        let (result, log) = run_to_end(&backend, &spec).await;
+        assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+        received.push(link.stats().bytes().1 - before);
+        let report = std::fs::read(fx.outputs().join("report.txt")).unwrap();
+        assert_eq!(report.len() as u64, size);
+        assert!(report.starts_with(b"a line of a report"));
+        assert_eq!(
+            std::fs::read_to_string(fx.outputs().join("sub/one")).unwrap(),
+            "small\n"
+        );
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+    assert!(
+        received[0] * 4 < size,
+        "auto received {} for {size}",
+        received[0]
+    );
+    assert!(
+        received[1] > size,
+        "never received {} for {size}",
+        received[1]
+    );
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_outputs_come_back_and_hostile_ones_are_skipped() {
+    let backend = always().await;
+    executor_conformance::outputs_come_back(&backend).await;
+    executor_conformance::outputs_come_back_after_failure(&backend).await;
+    executor_conformance::hostile_outputs_are_skipped_one_by_one(&backend).await;
+    executor_conformance::hostile_cache_is_refused(&backend).await;
+}

@@ -11,14 +11,13 @@ use executor_core::container::{
 };
 use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
 use executor_core::tar::{
-    pack_dir, pack_folders, unpack_untrusted, PackStream, PackedFolder, UnpackLimits, UnpackSummary,
+    pack_dir, pack_folders, PackStream, PackedFolder, UnpackLimits, UnpackSummary,
 };
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunSpec, StepCommand,
 };
 use futures_util::{StreamExt, TryStreamExt};
-use tokio_util::io::StreamReader;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{ContainerSpec, Engine, ExecSpec};
@@ -29,6 +28,7 @@ mod ahead;
 mod bounds;
 mod container;
 mod execs;
+mod outputs;
 use crate::{DockerOptions, PullPolicy};
 pub use bounds::UNTRUSTED_CAP_DROP;
 
@@ -51,6 +51,8 @@ pub struct DockerExecutor {
     ahead: Mutex<ahead::AheadMap>,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
+    /// Per container, whether its image has `gzip`, once asked.
+    gzip_in: Mutex<HashMap<String, bool>>,
 }
 
 impl DockerExecutor {
@@ -66,6 +68,7 @@ impl DockerExecutor {
             bounds: Mutex::new(HashMap::new()),
             ahead: Mutex::new(HashMap::new()),
             dry: false,
+            gzip_in: Mutex::new(HashMap::new()),
         }
     }
 
@@ -318,16 +321,7 @@ impl Executor for DockerExecutor {
         dest: &Path,
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError> {
-        let stream = self
-            .engine
-            .download(&run.id, path)
-            .map_err(std::io::Error::other);
-        let limits = UnpackLimits {
-            // The engine names every entry after the folder: `outputs/...`.
-            strip_components: 1,
-            ..limits
-        };
-        Ok(unpack_untrusted(StreamReader::new(stream), dest, limits).await?)
+        self.folder_out(&run.id, path, dest, limits).await
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
@@ -343,6 +337,7 @@ impl Executor for DockerExecutor {
         }
         self.live().remove(&run.id);
         self.bounds().remove(&run.id);
+        self.gzip().remove(&run.id);
         self.drop_ahead(&run.id);
         Ok(())
     }
