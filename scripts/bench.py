@@ -388,6 +388,30 @@ spec:
                     plain = max(m["plain"] - m["plain_empty"], 0.0)
                     self.row(f"checkout in over 100 Mbit/s, 20 ms round trip: {rnd_bytes >> 20} MiB of random bytes", where, f"{ours:.2f} s",
                              f"{plain:.2f} s (the runner with `--compression never`)", f"{ours / plain:.2f}×", "≤ 1.05×", ours <= plain * 1.05)
+
+                    # Outputs back over the same link: a step copies the
+                    # source tree from the steps folder into OUTPUTS_DIR,
+                    # and the runner's outputs phase is the time; the
+                    # baseline copies the same tree out of its container.
+                    gen_out = self.steps("gen-out-tree", [("gen", 'cp -R /steps/. "$OUTPUTS_DIR"/')])
+                    self.sh(f"{exec_out} sh -c 'rm -rf /vol/o && mkdir -p /vol/o'")
+                    self.sh(f"tar c -C {src} . | {exec_in} tar x -C /vol/o")
+                    dest = self.tmp / "base-out"
+
+                    def outputs_phase(extra=()):
+                        shutil.rmtree(self.tmp / "out", ignore_errors=True)
+                        self.settle(src)
+                        self.runner(executor, gen_out, empty, ["--steps-dir", str(src), *extra], env=env)
+                        return self.phases()[1]
+
+                    def base_out():
+                        shutil.rmtree(dest, ignore_errors=True)
+                        dest.mkdir()
+                        return self.timed(f"{exec_out} tar c -C /vol/o . | tar x -C {dest}", shell=True, env=base_env)
+                    m = self.interleaved(base=base_out, ours=outputs_phase, plain=lambda: outputs_phase(never))
+                    self.row(f"outputs back over 100 Mbit/s, 20 ms round trip: {size >> 20} MiB source tree", where, f"{m['ours']:.2f} s",
+                             f"{m['base']:.2f} s (`{tool} exec … tar c | tar x` over the same link){v5_base}", f"{m['ours'] / m['base']:.2f}×", "≤ 0.25×", m["ours"] <= m["base"] * 0.25,
+                             f"uncompressed (`--compression never`) {m['plain']:.2f} s")
                 finally:
                     if cid:
                         self.remove(cid)
