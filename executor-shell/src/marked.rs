@@ -27,6 +27,10 @@ pub(crate) const MARK_FILE: &str = "mark";
 /// keeps forking (each round kills everything it found).
 const ROUNDS: usize = 50;
 
+/// How many rounds a scan that found nothing but processes showing no
+/// environment looks again.
+const UNSURE_LOOKS: usize = 5;
+
 /// A fresh mark for a run.
 pub(crate) fn new_mark() -> String {
     executor_core::labels::random_hex(16)
@@ -41,13 +45,24 @@ pub(crate) fn read_mark(root: &Path) -> Option<String> {
 }
 
 /// Kills every process carrying `mark`; returns how many were killed.
+/// A process whose environment cannot be read at the scan (one between
+/// two programs, in `execve`, shows none) is looked at again in the next
+/// round, so a step's process caught changing program is not missed.
 pub(crate) fn kill_marked(mark: &str) -> usize {
     let needle = format!("{MARK_VAR}={mark}");
     let mut killed = 0;
+    // A process that cleared its own environment shows none for good:
+    // a few looks, not all the rounds.
+    let mut unsure_looks = 0;
     for _ in 0..ROUNDS {
-        let found = find(&needle);
+        let (found, unsure) = scan(&needle);
         if found.is_empty() {
-            return killed;
+            if unsure == 0 || unsure_looks >= UNSURE_LOOKS {
+                return killed;
+            }
+            unsure_looks += 1;
+            std::thread::yield_now();
+            continue;
         }
         for pid in found {
             if kill_if_marked(pid, &needle) {
@@ -59,22 +74,56 @@ pub(crate) fn kill_marked(mark: &str) -> usize {
     killed
 }
 
-/// Pids of the processes whose environment holds `needle`.
-pub(crate) fn find(needle: &str) -> Vec<i32> {
+/// Pids of the processes whose environment holds `needle`, and how many
+/// live processes of this user showed no environment at all (none is
+/// readable while a process is between two programs).
+fn scan(needle: &str) -> (Vec<i32>, usize) {
     let me = i32::try_from(std::process::id()).unwrap_or(0);
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
-    entries
+    let mut found = Vec::new();
+    let mut unsure = 0;
+    for pid in entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid > 1 && pid != me && has_mark(pid, needle))
-        .collect()
+        .filter(|&pid| pid > 1 && pid != me)
+    {
+        match environ(pid) {
+            Some(env) if env.is_empty() && is_user_process(pid) => unsure += 1,
+            Some(env) if holds(&env, needle) => found.push(pid),
+            _ => {}
+        }
+    }
+    (found, unsure)
+}
+
+fn environ(pid: i32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/environ")).ok()
+}
+
+fn holds(env: &[u8], needle: &str) -> bool {
+    env.split(|&b| b == 0).any(|var| var == needle.as_bytes())
 }
 
 fn has_mark(pid: i32, needle: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+    environ(pid).is_some_and(|env| holds(&env, needle))
+}
+
+/// Whether `pid` is a process with memory of its own (kernel threads
+/// have none, and so never an environment) that is not a zombie.
+fn is_user_process(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let after_name = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+        let state = after_name.split_whitespace().next().unwrap_or("");
+        // Field 9 after the name is `flags`; PF_KTHREAD is 0x00200000.
+        let flags: u64 = after_name
+            .split_whitespace()
+            .nth(6)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
+        state != "Z" && flags & 0x0020_0000 == 0
+    })
 }
 
 /// The process's start time in clock ticks since boot (field 22 of

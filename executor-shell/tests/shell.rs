@@ -129,7 +129,18 @@ async fn cleanup_ends_the_processes_of_a_crashed_run() {
         .await
         .unwrap();
     assert_eq!(report.removed.len(), 1, "{report:?}");
-    let status = escapee.wait().unwrap();
+    // Killed by then; a deadline keeps a miss from hanging the suite.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = escapee.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = escapee.kill();
+            panic!("cleanup left the escapee running");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(9),
