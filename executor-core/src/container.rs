@@ -40,6 +40,7 @@ use crate::resume::PLAN_DIGEST_KEY;
 use crate::script::{Script, ScriptFiles};
 use crate::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
 
+pub mod ahead;
 pub mod gather;
 pub mod oom;
 

@@ -4,7 +4,6 @@
 //! and a step begins with one line written to its exec's stdin: one trip
 //! to a remote engine instead of an exec's create and start.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -12,44 +11,23 @@ use executor_core::container::{gated_start_argv, Prepared, StepStart};
 use executor_core::detached::{ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::DockerExecutor;
 use crate::engine::{Engine, ExecInput, ExecOutput, ExecSpec};
 
 /// An exec opened at its gate: its output and its stdin.
-struct Opened {
+pub(super) struct Opened {
     output: ExecOutput,
     input: ExecInput,
 }
 
-/// A start being opened, or open, for one step.
-pub(super) struct Ahead {
-    /// The argv it was opened with.
-    argv: Vec<String>,
-    /// The step's script and variables, to tell it is the same step.
-    script: String,
-    env: Vec<(String, String)>,
-    opening: JoinHandle<Result<Opened, ExecutorError>>,
-}
-
-impl Drop for Ahead {
-    fn drop(&mut self) {
-        // Unreleased, its connection goes, its stdin closes, and the
-        // exec ends having started nothing.
-        self.opening.abort();
-    }
-}
-
-/// The starts opened ahead, by run and step id.
-pub(super) type AheadMap = HashMap<(String, String), Ahead>;
-
 impl DockerExecutor {
-    /// Opens the starts of `step`'s upcoming steps not yet opened.
+    /// Opens the starts of `step`'s upcoming steps in container `id` not
+    /// yet opened.
     pub(super) fn open_ahead(
         &self,
-        run_id: &str,
+        id: &str,
         working_dir: &str,
         step: &StepCommand,
         start: StepStart<'_>,
@@ -58,10 +36,8 @@ impl DockerExecutor {
         if self.dry {
             return;
         }
-        let mut ahead = self.ahead();
         for next in &step.upcoming {
-            let key = (run_id.to_string(), next.id.clone());
-            if ahead.contains_key(&key) {
+            if self.ahead.has(id, next) {
                 continue;
             }
             let Ok(argv) = gated_start_argv(next, start) else {
@@ -71,53 +47,28 @@ impl DockerExecutor {
                 cmd: argv.clone(),
                 env: next.env.clone(),
                 working_dir: working_dir.to_string(),
-                user: self.user_of(run_id),
+                user: self.user_of(id),
                 stdin: true,
             };
             let engine = Arc::clone(&self.engine);
-            let id = run_id.to_string();
-            let opening = tokio::spawn(async move { open(engine.as_ref(), &id, &exec).await });
-            ahead.insert(
-                key,
-                Ahead {
-                    argv,
-                    script: next.script.clone(),
-                    env: next.env.clone(),
-                    opening,
-                },
-            );
+            let container = id.to_string();
+            let opening = async move { open(engine.as_ref(), &container, &exec).await };
+            self.ahead.open(id, next, argv, opening);
         }
     }
 
-    /// The start opened ahead for `step`, once open, if there is one and
-    /// it is `step`'s as it is now; `None` (a start opened as usual) when
-    /// there is none or it could not be opened.
-    pub(super) async fn take_ahead(&self, run_id: &str, step: &StepCommand) -> Option<Prepared> {
-        let mut ahead = self
-            .ahead()
-            .remove(&(run_id.to_string(), step.id.clone()))?;
-        if ahead.script != step.script || ahead.env != step.env || step.follow_from.is_some() {
-            return None;
-        }
-        match (&mut ahead.opening).await {
-            Ok(Ok(opened)) => Some(Prepared {
-                argv: std::mem::take(&mut ahead.argv),
-                gate: Box::new(Gate { opened }),
-            }),
-            Ok(Err(err)) => {
-                tracing::debug!(%err, step = %step.name, "a start opened ahead failed; opening it now");
-                None
-            }
-            Err(join) => {
-                tracing::debug!(%join, step = %step.name, "a start opened ahead failed; opening it now");
-                None
-            }
-        }
+    /// The start opened ahead for `step` in container `id`, once open.
+    pub(super) async fn take_ahead(&self, id: &str, step: &StepCommand) -> Option<Prepared> {
+        let (argv, opened) = self.ahead.take(id, step).await?;
+        Some(Prepared {
+            argv,
+            gate: Box::new(Gate { opened }),
+        })
     }
 
-    /// Lets go of every start opened ahead for run `run_id`.
-    pub(super) fn drop_ahead(&self, run_id: &str) {
-        self.ahead().retain(|(run, _), _| run != run_id);
+    /// Lets go of every start opened ahead in container `id`.
+    pub(super) fn drop_ahead(&self, id: &str) {
+        self.ahead.let_go(id);
     }
 }
 

@@ -48,7 +48,7 @@ pub struct DockerExecutor {
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
     compress: bool,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: Mutex<ahead::AheadMap>,
+    ahead: executor_core::container::ahead::AheadStarts<ahead::Opened>,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
     /// Per container, whether its image has `gzip`, once asked.
@@ -66,7 +66,7 @@ impl DockerExecutor {
             options,
             live: Mutex::new(HashMap::new()),
             bounds: Mutex::new(HashMap::new()),
-            ahead: Mutex::new(HashMap::new()),
+            ahead: Default::default(),
             dry: false,
             gzip_in: Mutex::new(HashMap::new()),
         }
@@ -181,10 +181,6 @@ impl DockerExecutor {
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ScriptFiles>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn ahead(&self) -> std::sync::MutexGuard<'_, ahead::AheadMap> {
-        self.ahead.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn bounds(&self) -> std::sync::MutexGuard<'_, HashMap<String, bounds::RunBounds>> {

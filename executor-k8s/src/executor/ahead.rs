@@ -4,7 +4,6 @@
 //! and a step begins with one line on its exec's stdin: one trip to a
 //! remote API server instead of an exec's set-up.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -14,40 +13,20 @@ use executor_core::container::{gated_start_argv, Prepared, StepStart};
 use executor_core::detached::{ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{K8sExecutor, LiveRun};
 use crate::cluster::{Cluster, Ended, ExecIo, ExecSession};
 use crate::job::CONTAINER;
 
-/// A start being opened, or open, for one step.
-pub(super) struct Ahead {
-    argv: Vec<String>,
-    /// The pod it is opened in.
-    pod: String,
-    /// The step's script and variables, to tell it is the same step.
-    script: String,
-    env: Vec<(String, String)>,
-    opening: JoinHandle<Result<Box<dyn ExecSession>, ExecutorError>>,
-}
-
-impl Drop for Ahead {
-    fn drop(&mut self) {
-        // Unreleased, its connection goes, its stdin closes, and the
-        // exec ends having started nothing.
-        self.opening.abort();
-    }
-}
-
-/// The starts opened ahead, by Job and step id.
-pub(super) type AheadMap = HashMap<(String, String), Ahead>;
+/// An exec opened at its gate.
+pub(super) type Opened = Box<dyn ExecSession>;
 
 impl K8sExecutor {
-    /// Opens the starts of `step`'s upcoming steps not yet opened.
+    /// Opens the starts of `step`'s upcoming steps in `live`'s pod not
+    /// yet opened.
     pub(super) fn open_ahead(
         &self,
-        job: &str,
         live: &LiveRun,
         work_dir: &str,
         step: &StepCommand,
@@ -56,10 +35,8 @@ impl K8sExecutor {
         if self.dry {
             return;
         }
-        let mut ahead = self.ahead();
         for next in &step.upcoming {
-            let key = (job.to_string(), next.id.clone());
-            if ahead.contains_key(&key) {
+            if self.ahead.has(&live.pod, next) {
                 continue;
             }
             let Ok(prelude) = super::step_prelude(live, next, work_dir) else {
@@ -75,59 +52,23 @@ impl K8sExecutor {
             };
             let cluster: Arc<dyn Cluster> = Arc::clone(&self.cluster);
             let (pod, opened_argv) = (live.pod.clone(), argv.clone());
-            let opening =
-                tokio::spawn(
-                    async move { cluster.exec(&pod, CONTAINER, &opened_argv, true).await },
-                );
-            ahead.insert(
-                key,
-                Ahead {
-                    argv,
-                    pod: live.pod.clone(),
-                    script: next.script.clone(),
-                    env: next.env.clone(),
-                    opening,
-                },
-            );
+            let opening = async move { cluster.exec(&pod, CONTAINER, &opened_argv, true).await };
+            self.ahead.open(&live.pod, next, argv, opening);
         }
     }
 
-    /// The start opened ahead for `step`, once open, if there is one and
-    /// it is `step`'s as it is now; `None` (a start opened as usual) when
-    /// there is none or it could not be opened.
-    pub(super) async fn take_ahead(&self, job: &str, step: &StepCommand) -> Option<Prepared> {
-        let mut ahead = self.ahead().remove(&(job.to_string(), step.id.clone()))?;
-        if ahead.script != step.script || ahead.env != step.env || step.follow_from.is_some() {
-            return None;
-        }
-        match (&mut ahead.opening).await {
-            Ok(Ok(session)) => Some(Prepared {
-                argv: std::mem::take(&mut ahead.argv),
-                gate: Box::new(Gate { session }),
-            }),
-            Ok(Err(err)) => {
-                tracing::debug!(%err, step = %step.name, "a start opened ahead failed; opening it now");
-                None
-            }
-            Err(join) => {
-                tracing::debug!(%join, step = %step.name, "a start opened ahead failed; opening it now");
-                None
-            }
-        }
-    }
-
-    /// Lets go of every start opened ahead for Job `job`.
-    pub(super) fn drop_ahead(&self, job: &str) {
-        self.ahead().retain(|(of, _), _| of != job);
+    /// The start opened ahead for `step` in `pod`, once open.
+    pub(super) async fn take_ahead(&self, pod: &str, step: &StepCommand) -> Option<Prepared> {
+        let (argv, session) = self.ahead.take(pod, step).await?;
+        Some(Prepared {
+            argv,
+            gate: Box::new(Gate { session }),
+        })
     }
 
     /// Lets go of every start opened ahead in `pod`.
-    pub(super) fn drop_ahead_of_pod(&self, pod: &str) {
-        self.ahead().retain(|_, ahead| ahead.pod != pod);
-    }
-
-    fn ahead(&self) -> std::sync::MutexGuard<'_, AheadMap> {
-        self.ahead.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn drop_ahead(&self, pod: &str) {
+        self.ahead.let_go(pod);
     }
 }
 

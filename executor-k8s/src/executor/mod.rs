@@ -44,7 +44,7 @@ pub struct K8sExecutor {
     /// Per pod, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: Mutex<ahead::AheadMap>,
+    ahead: executor_core::container::ahead::AheadStarts<ahead::Opened>,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
 }
@@ -90,7 +90,7 @@ impl K8sExecutor {
             v5: Mutex::new(None),
             granted: Mutex::new(std::collections::HashSet::new()),
             gzip_in: Mutex::new(HashMap::new()),
-            ahead: Mutex::new(HashMap::new()),
+            ahead: Default::default(),
             dry: false,
         }
     }
@@ -408,15 +408,9 @@ impl Executor for K8sExecutor {
             prelude: &prelude,
             reconnect: self.options.reconnect_timeout,
         };
-        let prepared = self.take_ahead(&run.id, step).await;
+        let prepared = self.take_ahead(&live.pod, step).await;
         // The next steps' starts open while this one runs.
-        self.open_ahead(
-            &run.id,
-            &live,
-            &run.work_dir,
-            step,
-            self.options.reconnect_timeout,
-        );
+        self.open_ahead(&live, &run.work_dir, step, self.options.reconnect_timeout);
         run_command(&channel, step, start, prepared, log, &interrupt).await
     }
 
@@ -487,8 +481,10 @@ impl Executor for K8sExecutor {
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
-        self.drop_ahead(&run.id);
         let live = self.live().remove(&run.id);
+        if let Some(live) = &live {
+            self.drop_ahead(&live.pod);
+        }
         let (selector, has_secret) = match &live {
             Some(l) => (l.pod_selector.clone(), l.has_secret),
             None => (format!("job-name={}", run.id), true),
