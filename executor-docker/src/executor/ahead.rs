@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use executor_core::container::{gated_start_argv, Prepared, StepStart};
+use executor_core::container::{gated_start_argv, StepStart};
 use executor_core::detached::{ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -17,7 +17,7 @@ use super::DockerExecutor;
 use crate::engine::{Engine, ExecInput, ExecOutput, ExecSpec};
 
 /// An exec opened at its gate: its output and its stdin.
-pub(super) struct Opened {
+struct Opened {
     output: ExecOutput,
     input: ExecInput,
 }
@@ -56,26 +56,18 @@ impl DockerExecutor {
             self.ahead.open(id, next, argv, opening);
         }
     }
-
-    /// The start opened ahead for `step` in container `id`, once open.
-    pub(super) async fn take_ahead(&self, id: &str, step: &StepCommand) -> Option<Prepared> {
-        let (argv, opened) = self.ahead.take(id, step).await?;
-        Some(Prepared {
-            argv,
-            gate: Box::new(Gate { opened }),
-        })
-    }
-
-    /// Lets go of every start opened ahead in container `id`.
-    pub(super) fn drop_ahead(&self, id: &str) {
-        self.ahead.let_go(id);
-    }
 }
 
-async fn open(engine: &dyn Engine, id: &str, exec: &ExecSpec) -> Result<Opened, ExecutorError> {
+async fn open(
+    engine: &dyn Engine,
+    id: &str,
+    exec: &ExecSpec,
+) -> Result<Box<dyn GatedStart>, ExecutorError> {
     let exec_id = engine.exec_create(id, exec).await?;
     let (output, input) = engine.exec_start_with_input(&exec_id).await?;
-    Ok(Opened { output, input })
+    Ok(Box::new(Gate {
+        opened: Opened { output, input },
+    }))
 }
 
 /// A start opened ahead, released by its step.

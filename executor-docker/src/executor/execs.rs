@@ -249,7 +249,7 @@ impl StepExec for StepChannel<'_> {
         // The next steps' starts waiting at their gates hold processes the
         // kill may need (the step may have left none free): they go first,
         // and open again as usual.
-        self.executor.drop_ahead(self.id);
+        self.executor.ahead.let_go(self.id);
         self.executor
             .exec_as_root(self.id, script, "killing the step")
             .await

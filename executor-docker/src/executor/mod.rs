@@ -48,7 +48,7 @@ pub struct DockerExecutor {
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
     compress: bool,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: executor_core::container::ahead::AheadStarts<ahead::Opened>,
+    ahead: executor_core::container::ahead::AheadStarts,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
     /// Per container, whether its image has `gzip`, once asked.
@@ -272,7 +272,7 @@ impl Executor for DockerExecutor {
             prelude: "",
             reconnect: self.options.reconnect_timeout,
         };
-        let prepared = self.take_ahead(id, step).await;
+        let prepared = self.ahead.take(id, step).await;
         // The next steps' starts open while this one runs.
         self.open_ahead(id, &run.work_dir, step, start);
         run_command(&channel, step, start, prepared, log, &interrupt).await
@@ -334,7 +334,7 @@ impl Executor for DockerExecutor {
         self.live().remove(&run.id);
         self.bounds().remove(&run.id);
         self.gzip().remove(&run.id);
-        self.drop_ahead(&run.id);
+        self.ahead.let_go(&run.id);
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
-use executor_core::container::{gated_start_argv, Prepared, StepStart};
+use executor_core::container::{gated_start_argv, StepStart};
 use executor_core::detached::{ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -18,9 +18,6 @@ use tokio_util::sync::CancellationToken;
 use super::{K8sExecutor, LiveRun};
 use crate::cluster::{Cluster, Ended, ExecIo, ExecSession};
 use crate::job::CONTAINER;
-
-/// An exec opened at its gate.
-pub(super) type Opened = Box<dyn ExecSession>;
 
 impl K8sExecutor {
     /// Opens the starts of `step`'s upcoming steps in `live`'s pod not
@@ -52,23 +49,12 @@ impl K8sExecutor {
             };
             let cluster: Arc<dyn Cluster> = Arc::clone(&self.cluster);
             let (pod, opened_argv) = (live.pod.clone(), argv.clone());
-            let opening = async move { cluster.exec(&pod, CONTAINER, &opened_argv, true).await };
+            let opening = async move {
+                let session = cluster.exec(&pod, CONTAINER, &opened_argv, true).await?;
+                Ok(Box::new(Gate { session }) as Box<dyn GatedStart>)
+            };
             self.ahead.open(&live.pod, next, argv, opening);
         }
-    }
-
-    /// The start opened ahead for `step` in `pod`, once open.
-    pub(super) async fn take_ahead(&self, pod: &str, step: &StepCommand) -> Option<Prepared> {
-        let (argv, session) = self.ahead.take(pod, step).await?;
-        Some(Prepared {
-            argv,
-            gate: Box::new(Gate { session }),
-        })
-    }
-
-    /// Lets go of every start opened ahead in `pod`.
-    pub(super) fn drop_ahead(&self, pod: &str) {
-        self.ahead.let_go(pod);
     }
 }
 

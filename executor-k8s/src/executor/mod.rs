@@ -44,7 +44,7 @@ pub struct K8sExecutor {
     /// Per pod, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: executor_core::container::ahead::AheadStarts<ahead::Opened>,
+    ahead: executor_core::container::ahead::AheadStarts,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
 }
@@ -408,7 +408,7 @@ impl Executor for K8sExecutor {
             prelude: &prelude,
             reconnect: self.options.reconnect_timeout,
         };
-        let prepared = self.take_ahead(&live.pod, step).await;
+        let prepared = self.ahead.take(&live.pod, step).await;
         // The next steps' starts open while this one runs.
         self.open_ahead(&live, &run.work_dir, step, self.options.reconnect_timeout);
         run_command(&channel, step, start, prepared, log, &interrupt).await
@@ -483,7 +483,7 @@ impl Executor for K8sExecutor {
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         let live = self.live().remove(&run.id);
         if let Some(live) = &live {
-            self.drop_ahead(&live.pod);
+            self.ahead.let_go(&live.pod);
         }
         let (selector, has_secret) = match &live {
             Some(l) => (l.pod_selector.clone(), l.has_secret),

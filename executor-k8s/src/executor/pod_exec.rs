@@ -273,7 +273,7 @@ impl StepExec for StepChannel<'_> {
         // The next steps' starts waiting at their gates hold processes the
         // kill may need (the step may have left none free): they go first,
         // and open again as usual.
-        self.executor.drop_ahead(&self.live.pod);
+        self.executor.ahead.let_go(&self.live.pod);
         let argv = vec!["sh".into(), "-c".into(), script.into()];
         self.executor
             .exec_checked(
