@@ -36,6 +36,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("KNOTLESS_TEST_IMAGE", "knotless-busybox:local")
 KEEPALIVE = ["sh", "-c", "while :; do sleep 3600; done"]
+
+
+def per(ours, base):
+    """ours / base, or infinity when a quick run timed the base at zero
+    (a ratio is only judged on a full run)."""
+    return ours / base if base > 0 else float("inf")
+
+
 YES = "yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz"
 
 
@@ -340,7 +348,7 @@ spec:
                     target = 1.2 * rtt + 0.005
                     tool = "docker exec" if executor == "docker" else "kubectl exec"
                     self.row(f"per-step overhead over a {rtt * 1000:.0f} ms round trip, {n} × `true`", where, f"{mine * 1000:.0f} ms ({mine / rtt:.2f} round trips)",
-                             f"{tool} {base * 1000:.0f} ms ({base / rtt:.2f} round trips){V5_BASE if executor == 'k8s-v4' else ''}", f"{mine / base:.2f}× CLI",
+                             f"{tool} {base * 1000:.0f} ms ({base / rtt:.2f} round trips){V5_BASE if executor == 'k8s-v4' else ''}", f"{per(mine, base):.2f}× CLI",
                              f"≤ 1.2 round trips + 5 ms ({target * 1000:.0f} ms)", mine <= target)
             finally:
                 self.remove(cid)
@@ -380,14 +388,14 @@ spec:
                     ours = max(m["full"] - m["empty"], 0.0)
                     plain = max(m["plain"] - m["plain_empty"], 0.0)
                     self.row(f"checkout in over 100 Mbit/s, 20 ms round trip: {size >> 20} MiB source tree", where, f"{ours:.2f} s",
-                             f"{m['base']:.2f} s (`tar c | {tool} exec -i … tar x` over the same link){v5_base}", f"{ours / m['base']:.2f}×", "≤ 0.25×", ours <= m["base"] * 0.25,
+                             f"{m['base']:.2f} s (`tar c | {tool} exec -i … tar x` over the same link){v5_base}", f"{per(ours, m['base']):.2f}×", "≤ 0.25×", ours <= m["base"] * 0.25,
                              f"uncompressed (`--compression never`) {plain:.2f} s")
                     m = self.interleaved(empty=lambda: start_with(empty), full=lambda: start_with(rnd),
                                          plain_empty=lambda: start_with(empty, never), plain=lambda: start_with(rnd, never))
                     ours = max(m["full"] - m["empty"], 0.0)
                     plain = max(m["plain"] - m["plain_empty"], 0.0)
                     self.row(f"checkout in over 100 Mbit/s, 20 ms round trip: {rnd_bytes >> 20} MiB of random bytes", where, f"{ours:.2f} s",
-                             f"{plain:.2f} s (the runner with `--compression never`)", f"{ours / plain:.2f}×", "≤ 1.05×", ours <= plain * 1.05)
+                             f"{plain:.2f} s (the runner with `--compression never`)", f"{per(ours, plain):.2f}×", "≤ 1.05×", ours <= plain * 1.05)
 
                     # Outputs back over the same link: a step copies the
                     # source tree from the steps folder into OUTPUTS_DIR,
@@ -410,7 +418,7 @@ spec:
                         return self.timed(f"{exec_out} tar c -C /vol/o . | tar x -C {dest}", shell=True, env=base_env)
                     m = self.interleaved(base=base_out, ours=outputs_phase, plain=lambda: outputs_phase(never))
                     self.row(f"outputs back over 100 Mbit/s, 20 ms round trip: {size >> 20} MiB source tree", where, f"{m['ours']:.2f} s",
-                             f"{m['base']:.2f} s (`{tool} exec … tar c | tar x` over the same link){v5_base}", f"{m['ours'] / m['base']:.2f}×", "≤ 0.25×", m["ours"] <= m["base"] * 0.25,
+                             f"{m['base']:.2f} s (`{tool} exec … tar c | tar x` over the same link){v5_base}", f"{per(m['ours'], m['base']):.2f}×", "≤ 0.25×", m["ours"] <= m["base"] * 0.25,
                              f"uncompressed (`--compression never`) {m['plain']:.2f} s")
                 finally:
                     if cid:
@@ -452,7 +460,7 @@ spec:
             one=lambda: runner("shell", one, "shell-one"),
             many=lambda: runner("shell", many, "shell-many"))
         base, mine = m["base"] / n, ours(m, "shell")
-        self.row(f"per-step overhead, {n} × `true`", "shell", f"{mine * 1000:.2f} ms", f"{base * 1000:.2f} ms (`sh -ec true`)", f"{mine / base:.2f}×", "≤ 1.5×", mine / base <= 1.5)
+        self.row(f"per-step overhead, {n} × `true`", "shell", f"{mine * 1000:.2f} ms", f"{base * 1000:.2f} ms (`sh -ec true`)", f"{per(mine, base):.2f}×", "≤ 1.5×", per(mine, base) <= 1.5)
 
         cid = self.container()
         try:
@@ -470,7 +478,7 @@ spec:
         cli, floor, mine = m["cli"] / n, m["floor"] / n, ours(m, "docker")
         self.notes.append(f"runner-cli's own CPU time per step (user + system, from the kernel's accounting): docker {self.cpu_per_step['docker'] * 1000:.2f} ms of {mine * 1000:.1f} ms; the rest is waiting on the engine.")
         self.notes.append(f"Docker per-step floor, where a bare exec's time goes ({n} execs of `true`, the last repetition): {self.floor_phases}.")
-        self.row(f"per-step overhead, {n} × `true`", "docker", f"{mine * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{mine / cli:.2f}× CLI, {mine / floor:.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", mine / cli <= 0.5 and mine / floor <= 1.2)
+        self.row(f"per-step overhead, {n} × `true`", "docker", f"{mine * 1000:.1f} ms", f"CLI {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms", f"{per(mine, cli):.2f}× CLI, {per(mine, floor):.2f}× floor", "≤ 0.5× CLI, ≤ 1.2× floor", per(mine, cli) <= 0.5 and per(mine, floor) <= 1.2)
 
         pod = self.baseline_pod()
         for executor, where in K8S_MODES:
@@ -481,7 +489,7 @@ spec:
                 many=lambda: runner(executor, many, f"{executor}-many"))
             cli, floor, mine = m["cli"] / n, m["floor"] / n, ours(m, executor)
             self.notes.append(f"runner-cli's own CPU time per step on the test cluster ({where}): {self.cpu_per_step[executor] * 1000:.2f} ms of {mine * 1000:.1f} ms.")
-            self.row(f"per-step overhead, {n} × `true`", where, f"{mine * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms{V5_BASE if executor == 'k8s-v4' else ''}", f"{mine / cli:.2f}× kubectl, {mine / floor:.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", mine / cli <= 0.5 and mine / floor <= 1.2)
+            self.row(f"per-step overhead, {n} × `true`", where, f"{mine * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms{V5_BASE if executor == 'k8s-v4' else ''}", f"{per(mine, cli):.2f}× kubectl, {per(mine, floor):.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", per(mine, cli) <= 0.5 and per(mine, floor) <= 1.2)
 
     def transfer(self):
         big = (1 << 20) if self.quick else (1 << 30)
@@ -512,7 +520,7 @@ spec:
                         return self.phases()[0]
                     m = self.interleaved(base=base_in, empty=lambda: start_with(empty), full=lambda: start_with(src))
                     ours = max(m["full"] - m["empty"], 0.0)
-                    self.row(f"checkout in: {label}", where, f"{ours:.2f} s", f"{m['base']:.2f} s (`tar c | {tool} exec -i … tar x`){v5_base}", f"{ours / m['base']:.2f}×", "≤ 1× (no slower)", ours <= m["base"] * 1.05, f"runner peak RSS {max(rss) >> 20} MiB")
+                    self.row(f"checkout in: {label}", where, f"{ours:.2f} s", f"{m['base']:.2f} s (`tar c | {tool} exec -i … tar x`){v5_base}", f"{per(ours, m['base']):.2f}×", "≤ 1× (no slower)", ours <= m["base"] * 1.05, f"runner peak RSS {max(rss) >> 20} MiB")
                     if executor == "docker":
                         self.memory.append((f"checkout {label}", max(rss)))
 
@@ -543,7 +551,7 @@ spec:
                         self.settle(f"{exec_out} tar c -C /vol/o .")
                         return self.timed(f"{exec_out} tar c -C /vol/o . | tar x -C {dest}", shell=True)
                     m = self.interleaved(base=base_out, ours=outputs_phase)
-                    self.row(f"outputs back: {label}", where, f"{m['ours']:.2f} s", f"{m['base']:.2f} s (`{tool} exec … tar c | tar x`){v5_base}", f"{m['ours'] / m['base']:.2f}×", "≤ 1× (no slower)", m["ours"] <= m["base"] * 1.05)
+                    self.row(f"outputs back: {label}", where, f"{m['ours']:.2f} s", f"{m['base']:.2f} s (`{tool} exec … tar c | tar x`){v5_base}", f"{per(m['ours'], m['base']):.2f}×", "≤ 1× (no slower)", m["ours"] <= m["base"] * 1.05)
             finally:
                 if cid:
                     self.remove(cid)
@@ -567,9 +575,9 @@ spec:
                 step = json.loads((self.tmp / "result.json").read_text())["steps"][0]
                 return step["durationMs"] / 1000, rss
             ours, rss = self.median(flood_step)
-            mbps = size / ours / 1e6
-            bmbps = size / base / 1e6
-            self.row(f"log streaming: one step printing {size >> 20} MiB", where, f"{mbps:.0f} MB/s", f"{bmbps:.0f} MB/s (`{'docker' if cid else 'kubectl'} exec` to /dev/null)", f"{mbps / bmbps:.2f}×", "≥ 0.8× throughput", mbps >= 0.8 * bmbps, f"runner peak RSS {rss >> 20} MiB")
+            mbps = per(size, ours) / 1e6
+            bmbps = per(size, base) / 1e6
+            self.row(f"log streaming: one step printing {size >> 20} MiB", where, f"{mbps:.0f} MB/s", f"{bmbps:.0f} MB/s (`{'docker' if cid else 'kubectl'} exec` to /dev/null)", f"{per(mbps, bmbps):.2f}×", "≥ 0.8× throughput", mbps >= 0.8 * bmbps, f"runner peak RSS {rss >> 20} MiB")
             if executor == "docker":
                 self.memory.append((f"{size >> 20} MiB of log", rss))
 
@@ -635,7 +643,7 @@ spec:
         bomb_rss = statistics.median(self.runner("k8s", bomb, co, ok_codes=(3,))[1] for _ in range(self.reps))
         err = json.loads((self.tmp / "result.json").read_text())["error"] or ""
         self.row("runner memory under a header bomb (peak RSS)", "k8s (test cluster)", f"{bomb_rss / (1 << 20):.1f} MiB",
-                 f"{normal_rss / (1 << 20):.1f} MiB (1 MiB of outputs, same run)", f"{bomb_rss / normal_rss:.2f}×",
+                 f"{normal_rss / (1 << 20):.1f} MiB (1 MiB of outputs, same run)", f"{per(bomb_rss, normal_rss):.2f}×",
                  "≤ 1.1× (flat whatever the stream declares)", bomb_rss <= normal_rss * 1.1, f"refused: {err[:120]}")
 
     def engine_call(self, method, path, body=None, content_type="application/json"):
@@ -802,8 +810,8 @@ spec:
                     self.remove(cid)
             shutil.rmtree(cache_dir, ignore_errors=True)
             ours_in, b_in, ours_out, b_out = m["ours_in"], m["base_in"], m["ours_out"], m["base_out"]
-            self.row(f"warm cache{label}, {mib} MiB of {files} files: in", where, f"{ours_in:.2f} s", f"{b_in:.2f} s (`tar c | {tool} exec -i … tar x -C {base_dir}`){v5_base}", f"{ours_in / b_in:.2f}×", "≤ 1× (no slower)", ours_in <= b_in * 1.05)
-            self.row(f"warm cache{label}, {mib} MiB of {files} files: out", where, f"{ours_out:.2f} s", f"{b_out:.2f} s (`{tool} exec … tar c -C {base_dir} | tar x`){v5_base}", f"{ours_out / b_out:.2f}×", "≤ 1× (no slower)", ours_out <= b_out * 1.05)
+            self.row(f"warm cache{label}, {mib} MiB of {files} files: in", where, f"{ours_in:.2f} s", f"{b_in:.2f} s (`tar c | {tool} exec -i … tar x -C {base_dir}`){v5_base}", f"{per(ours_in, b_in):.2f}×", "≤ 1× (no slower)", ours_in <= b_in * 1.05)
+            self.row(f"warm cache{label}, {mib} MiB of {files} files: out", where, f"{ours_out:.2f} s", f"{b_out:.2f} s (`{tool} exec … tar c -C {base_dir} | tar x`){v5_base}", f"{per(ours_out, b_out):.2f}×", "≤ 1× (no slower)", ours_out <= b_out * 1.05)
 
     # -- report ----------------------------------------------------------
     def report(self, path, partial=False):
