@@ -65,6 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::OutputStream;
 use crate::script::Script;
+use crate::usage::StepUsage;
 use crate::{ExecutorError, FailureKind, RunLog};
 use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
@@ -175,10 +176,11 @@ if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
   BEGIN
   second=1
   FOLLOW
-  s=$(cat "$d.status" 2>/dev/null)
+  s=; u=; { read -r s u < "$d.status"; } 2>/dev/null
   case "$s" in ''|*[!0-9]*|????*) exit 125;; esac
   [ "$s" -le 255 ] || exit 125
-  marked "$s"
+  case "$u" in *[![:digit:][:blank:]]*) u=;; esac; [ "${#u}" -le USAGE_MAX ] || u=
+  marked "$s" "$u"
   exit "$s"
 fi
 record() {
@@ -200,12 +202,42 @@ record() {
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
   oom=0; for f in OOM_COUNTERS; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
-  ( { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :; PRELUDEexec sh FLAGS "$1" ) > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&- &
-  wait $!; s=$?
+  r=$(exec 9>&1 > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&-
+    { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :
+    PRELUDEsh FLAGS "$1" 9>&- &
+    c=$!; exec > /dev/null 2>&1
+    ( unset IFS; t=" $c "; h=0; w=0.01
+      me() { l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l; up=$2; }
+      me; pp=$up
+      while :; do
+        sleep $w 9>&- || { [ "$w" = 1 ] && exit 0; w=1; continue; }
+        me; [ "$up" = "$pp" ] || exit 0
+        for q in /proc/[0-9]*; do
+          l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
+          case "$t" in *" ${q#/proc/} "*) ;; *" $2 "*) t="$t${q#/proc/} ";; *) { [ "$q/fd/1" -ef "$d.o" ] || [ "$q/fd/2" -ef "$d.e" ]; } 2>/dev/null || continue;; esac
+          v=; { while read -r k v _; do [ "$k" = VmHWM: ] && break; done < "$q/status"; } 2>/dev/null
+          case "$v" in ''|*[!0-9]*) ;; *) [ "$v" -le "$h" ] || { h=$v; echo "p $h" >&9; };; esac
+        done
+        case $w in 0.01) w=0.05;; 0.05) w=0.1;; 0.1) w=0.2;; 0.2) w=0.5;; *) w=1;; esac
+      done ) &
+    m=$!
+    wait $c; s=$?
+    kill -9 "$m" 2>/dev/null
+    set -f; unset IFS; l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l
+    lim=; { read -r lim < /sys/fs/cgroup/memory.max || read -r lim < /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null
+    case "$lim" in ''|*[!0-9]*) lim=0;; esac
+    case "${14}${15}" in ''|*[!0-9]*) echo "u - - $lim" >&9;; *) echo "u $((${14} * 10)) $((${15} * 10)) $lim" >&9;; esac
+    wait "$m"
+    exit "$s"); s=$?
+  u=; pk=0; u1=; u2=; u3=; n=; ran=; set -f
+  for w in $r; do case "$n" in p) pk=$w; n=;; u1) u1=$w; n=u2;; u2) u2=$w; n=u3;; u3) u3=$w; n=;; *) case "$w" in p) n=p;; u) n=u1; ran=1;; *) n=;; esac;; esac; done
+  [ -n "$ran" ] || exit 125
+  set +f; case "$u1$u2$pk$u3" in *[!0-9]*) ;; *) [ -z "$u3" ] || u="$u1 $u2 $pk $u3";; esac
+  [ "${#u}" -le USAGE_MAX ] || u=
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait
-  echo "$s" > "$d.status"
-  [ -n "$held" ] || marked "$s"
+  echo "$s $u" > "$d.status"
+  [ -n "$held" ] || marked "$s" "$u"
   exit "$s"
 ) &
 echo $! > "$d.pid"
@@ -229,7 +261,7 @@ exec 0</dev/null"#;
 /// ([`end_mark`], with the exec's `$key`), SIGPIPE ignored from then on
 /// (nothing follows the marks but the exit).
 const STREAMS: &str = r#"exec 3>&1 4>&2 >/dev/null 2>&1
-marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&3; printf '\000knotless-step-end %03d %s\n' "$1" "$key" >&4; }"#;
+marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s%s\n' "$1" "$key" "${2:+ $2}" >&3; printf '\000knotless-step-end %03d %s%s\n' "$1" "$key" "${2:+ $2}" >&4; }"#;
 
 /// Begins both streams with [`BEGIN_MARK`]: only bytes after it are
 /// counted as the step's. An engine that could not start the exec writes
@@ -333,6 +365,7 @@ impl StepFiles {
             .replace("FOLLOW", &follow)
             .replace("FLAGS", flags)
             .replace("OOM_COUNTERS", crate::container::oom::COUNTERS)
+            .replace("USAGE_MAX", &crate::usage::MARKED_MAX.to_string())
             // Last: the prelude names the step's variables (`CFLAGS`).
             .replace("PRELUDE", prelude);
         vec![
@@ -463,11 +496,29 @@ impl StepFiles {
 /// assert_eq!(parse_status(" 1\n"), None);
 /// ```
 pub fn parse_status(text: &str) -> Option<i32> {
-    let digits = text.strip_suffix('\n').unwrap_or(text);
+    parse_status_line(text).map(|(status, _)| status)
+}
+
+/// A status file's content as an exit status and the step's usage after
+/// it ([`StepUsage::from_marked`]): `STATUS USAGE` and perhaps a newline.
+/// A status with usage that cannot be read is still the status.
+///
+/// ```
+/// use executor_core::detached::parse_status_line;
+/// let (status, usage) = parse_status_line("1 120 30 2048 0\n").unwrap();
+/// assert_eq!((status, usage.map(|u| u.cpu_user_ms)), (1, Some(120)));
+/// assert_eq!(parse_status_line("0 \n"), Some((0, None)));
+/// assert_eq!(parse_status_line("0 x\n"), Some((0, None)));
+/// assert_eq!(parse_status_line("x 1 2 3 4\n"), None);
+/// ```
+pub fn parse_status_line(text: &str) -> Option<(i32, Option<StepUsage>)> {
+    let line = text.strip_suffix('\n').unwrap_or(text);
+    let (digits, usage) = line.split_once(' ').unwrap_or((line, ""));
     if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse::<i32>().ok().filter(|c| *c <= 255)
+    let status = digits.parse::<i32>().ok().filter(|c| *c <= 255)?;
+    Some((status, StepUsage::from_marked(usage)))
 }
 
 /// How one exec ended, as a backend reports it to [`run_step`].
@@ -943,7 +994,7 @@ async fn status(
         if tries > 0 && !paused(tries, interrupt).await {
             return killed(exec, files).await;
         }
-        let mut text = crate::text::HeadBuffer::new(64);
+        let mut text = crate::text::HeadBuffer::new(128);
         let ended = reopened(
             exec,
             &argv,
@@ -957,9 +1008,16 @@ async fn status(
         match ended {
             ExecEnd::Exited(0) => {
                 let said = text.text();
-                let parsed = (text.dropped() == 0).then(|| parse_status(&said)).flatten();
+                let parsed = (text.dropped() == 0)
+                    .then(|| parse_status_line(&said))
+                    .flatten();
                 return Ok(match parsed {
-                    Some(code) => StepEnd::Exited(code),
+                    Some((code, usage)) => {
+                        if let Some(usage) = usage {
+                            log.record_usage(usage);
+                        }
+                        StepEnd::Exited(code)
+                    }
                     None => StepEnd::Lost(format!(
                         "the step's status file holds {:?}, not an exit status",
                         said.chars().take(16).collect::<String>()
@@ -1100,12 +1158,17 @@ impl StepExec for Marked<'_> {
             }
             // The marks, not the engine, say how it ended: an engine that
             // killed the exec's own process after them would say otherwise.
-            (ExecEnd::Exited(_) | ExecEnd::Ended, Some(out), Some(err)) if out == err => {
+            (ExecEnd::Exited(_) | ExecEnd::Ended, Some((out, usage)), Some((err, _)))
+                if out == err =>
+            {
+                if let Some(usage) = usage {
+                    self.log.record_usage(usage);
+                }
                 ExecEnd::Exited(i32::from(out))
             }
-            (ExecEnd::Exited(_) | ExecEnd::Ended, Some(out), Some(err)) => ExecEnd::Cut(format!(
-                "its streams' end marks disagree (status {out} and {err})"
-            )),
+            (ExecEnd::Exited(_) | ExecEnd::Ended, Some((out, _)), Some((err, _))) => ExecEnd::Cut(
+                format!("its streams' end marks disagree (status {out} and {err})"),
+            ),
             (ended @ (ExecEnd::Exited(_) | ExecEnd::Ended), ..) => ExecEnd::Cut(format!(
                 "{} before the mark that ends a whole stream",
                 said(&ended)

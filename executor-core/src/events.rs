@@ -162,6 +162,9 @@ pub enum Event {
         /// ([`crate::RunLog::limit_output`]); absent when none were.
         #[serde(default, skip_serializing_if = "crate::result::is_zero")]
         output_dropped_bytes: u64,
+        /// What it cost, when its backend measured it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::usage::StepUsage>,
     },
     /// An attempt ended: its record, as the result's `attempts` will hold
     /// it. The run's last attempt is told too, before
@@ -326,6 +329,7 @@ impl Event {
                 exit_code,
                 duration_ms,
                 output_dropped_bytes,
+                usage,
                 ..
             } => {
                 let code = exit_code.map_or_else(|| "no exit code".into(), |c| format!("exit {c}"));
@@ -333,8 +337,9 @@ impl Event {
                     0 => String::new(),
                     n => format!(", {} of output dropped", crate::log::size(*n)),
                 };
+                let cost = usage.map(|u| format!(", {}", u.summary())).unwrap_or_default();
                 format!(
-                    "step {step}: {} ({code}, {}{dropped})",
+                    "step {step}: {} ({code}, {}{cost}{dropped})",
                     status.as_str(),
                     seconds(*duration_ms)
                 )

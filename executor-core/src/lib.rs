@@ -40,6 +40,7 @@ pub mod script;
 mod steps_file;
 pub mod tar;
 pub mod text;
+pub mod usage;
 
 pub use cache::{CacheResult, CacheSpec, CacheStore, Trust};
 pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};

@@ -121,6 +121,10 @@ pub struct StepResult {
     /// none were (the log holds all of it).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub output_dropped_bytes: u64,
+    /// What it cost (CPU time, peak memory), as its backend measured it;
+    /// absent when it did not run or was not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::StepUsage>,
 }
 
 /// For `skip_serializing_if`: a count that says nothing when 0.
@@ -141,6 +145,7 @@ impl StepResult {
             duration_ms: 0,
             failure: None,
             output_dropped_bytes: 0,
+            usage: None,
         }
     }
 }

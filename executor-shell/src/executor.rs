@@ -178,6 +178,9 @@ impl Executor for ShellExecutor {
                 groups,
             )
             .await?;
+        if let Some(usage) = finished.usage {
+            log.record_usage(usage);
+        }
         if let Some(live) = self.runs().get_mut(&run.id) {
             live.lingering.extend(finished.lingering);
         }

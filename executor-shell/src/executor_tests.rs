@@ -109,6 +109,7 @@ async fn stop_kills_every_group_a_step_made_and_the_marked_rest_then_removes_the
             Ok(Finished {
                 outcome: CommandOutcome::exited(0),
                 lingering: Vec::new(),
+                usage: None,
             })
         });
     host.expect_kill_run()
@@ -159,6 +160,7 @@ async fn secrets_and_the_run_mark_reach_the_step_environment_only() {
             Ok(Finished {
                 outcome: CommandOutcome::exited(3),
                 lingering: Vec::new(),
+                usage: None,
             })
         });
     let executor = ShellExecutor::with_host("/base", Arc::new(host));

@@ -31,6 +31,7 @@ mod marked;
 mod plan;
 mod process;
 mod root;
+mod usage;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -106,6 +106,7 @@ impl Host for Plan {
         Ok(Finished {
             outcome: CommandOutcome::exited(0),
             lingering: Vec::new(),
+            usage: None,
         })
     }
 

@@ -23,6 +23,8 @@ pub(crate) struct Finished {
     pub outcome: CommandOutcome,
     /// Readers still attached to pipes a background process holds open.
     pub lingering: Vec<JoinHandle<()>>,
+    /// What the step's process tree cost, when the kernel could say.
+    pub usage: Option<executor_core::usage::StepUsage>,
 }
 
 /// The runner's own variables a step gets; nothing else of the runner's
@@ -117,6 +119,16 @@ pub(crate) async fn run_step(
         drains.push(tokio::spawn(drain(err, OutputStream::Stderr, log.clone())));
     }
 
+    // The step's cost is read while its shell is a zombie, before the
+    // wait below reaps it.
+    let watched = crate::usage::Watched::new(pgid.as_raw());
+    let mut usage = None;
+    if let Some(watched) = &watched {
+        tokio::select! {
+            exited = watched.exited() => usage = exited,
+            _ = interrupt.cancelled() => {}
+        }
+    }
     let status = tokio::select! {
         status = child.wait() => status,
         _ = interrupt.cancelled() => {
@@ -124,7 +136,7 @@ pub(crate) async fn run_step(
             // The group is gone; reap the shell so no zombie is left.
             let _ = child.wait().await;
             for d in &drains { d.abort(); }
-            return Ok(Finished { outcome: CommandOutcome::Interrupted, lingering: Vec::new() });
+            return Ok(Finished { outcome: CommandOutcome::Interrupted, lingering: Vec::new(), usage: None });
         }
     };
     let status = status.map_err(|e| ExecutorError::LostExitStatus {
@@ -157,7 +169,11 @@ pub(crate) async fn run_step(
             })
         }
     };
-    Ok(Finished { outcome, lingering })
+    Ok(Finished {
+        outcome,
+        lingering,
+        usage,
+    })
 }
 
 async fn drain(mut from: impl AsyncRead + Unpin, stream: OutputStream, log: RunLog) {

@@ -31,6 +31,8 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
+use crate::usage::{StepUsage, MARKED_MAX};
+
 /// What every end mark begins with: a NUL first, which text output
 /// seldom has, so nothing is held back for it.
 const PREFIX: &[u8] = b"\0knotless-step-end ";
@@ -71,33 +73,54 @@ pub fn end_key(argv: &[String]) -> Option<&str> {
         .filter(|key| !key.is_empty() && key.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// How long a mark with `key` is: the prefix, three digits, a space, the
-/// key and a newline.
+/// How long a mark with `key` is at most: the prefix, three digits, a
+/// space, the key, a space and the usage, and a newline.
 fn mark_len(key: &[u8]) -> usize {
-    PREFIX.len() + 3 + 1 + key.len() + 1
+    PREFIX.len() + 3 + 1 + key.len() + 1 + MARKED_MAX + 1
 }
 
-/// Whether `tail` is the start of an end mark with `key`, or all of one.
+/// Whether `tail` is the start of an end mark with `key`, or all of one:
+/// `PREFIX NNN KEY\n`, or `PREFIX NNN KEY USAGE\n` with a usage of
+/// digits and spaces ([`StepUsage::from_marked`] reads it).
 fn starts_a_mark(tail: &[u8], key: &[u8]) -> bool {
     let digits = PREFIX.len()..PREFIX.len() + 3;
-    tail.len() <= mark_len(key)
-        && tail.iter().enumerate().all(|(i, &b)| match i {
-            i if i < PREFIX.len() => PREFIX[i] == b,
-            i if digits.contains(&i) => b.is_ascii_digit(),
-            i if i == digits.end => b == b' ',
-            i => key.get(i - digits.end - 1).map_or(b == b'\n', |&k| k == b),
-        })
+    let after_key = digits.end + 1 + key.len();
+    if tail.len() > mark_len(key) {
+        return false;
+    }
+    let last = tail.len().saturating_sub(1);
+    tail.iter().enumerate().all(|(i, &b)| match i {
+        i if i < PREFIX.len() => PREFIX[i] == b,
+        i if digits.contains(&i) => b.is_ascii_digit(),
+        i if i == digits.end => b == b' ',
+        i if i < after_key => key.get(i - digits.end - 1) == Some(&b),
+        // The end of a mark without usage, or the space before it.
+        i if i == after_key => (b == b'\n' && i == last) || b == b' ',
+        i => (b == b'\n' && i == last) || b == b' ' || b.is_ascii_digit(),
+    })
 }
 
-/// The status a whole end mark with `key` carries.
-fn status_of(mark: &[u8], key: &[u8]) -> Option<u8> {
-    if mark.len() != mark_len(key) || !starts_a_mark(mark, key) {
+/// The status a whole end mark with `key` carries, and the usage after
+/// it when there is one.
+fn status_of(mark: &[u8], key: &[u8]) -> Option<(u8, Option<StepUsage>)> {
+    if mark.last() != Some(&b'\n') || !starts_a_mark(mark, key) {
         return None;
     }
-    std::str::from_utf8(&mark[PREFIX.len()..PREFIX.len() + 3])
+    let after_key = PREFIX.len() + 3 + 1 + key.len();
+    if mark.len() <= after_key {
+        return None;
+    }
+    let status = std::str::from_utf8(&mark[PREFIX.len()..PREFIX.len() + 3])
         .ok()?
         .parse()
-        .ok()
+        .ok()?;
+    let usage = match mark.get(after_key + 1..mark.len() - 1) {
+        Some(words) if !words.is_empty() => std::str::from_utf8(words)
+            .ok()
+            .and_then(StepUsage::from_marked),
+        _ => None,
+    };
+    Some((status, usage))
 }
 
 /// Which of an exec's two streams end with a whole mark so far: once both
@@ -157,9 +180,10 @@ impl<'a, W: AsyncWrite + Unpin + ?Sized> EndMarked<'a, W> {
         }
     }
 
-    /// The stream has ended: the status its end mark carries, if it ended
-    /// with one. Anything held that was not a mark is written on as output.
-    pub(super) async fn finish(mut self) -> std::io::Result<Option<u8>> {
+    /// The stream has ended: the status its end mark carries (and the
+    /// step's usage after it), if it ended with one. Anything held that
+    /// was not a mark is written on as output.
+    pub(super) async fn finish(mut self) -> std::io::Result<Option<(u8, Option<StepUsage>)>> {
         let status = status_of(&self.held, self.key);
         let mut rest = std::mem::take(&mut self.pending);
         if status.is_none() {
@@ -278,7 +302,7 @@ mod tests {
         }
         let said = ends.marked[0].load(Ordering::SeqCst);
         let ended = marked.finish().await.unwrap_or_else(|e| panic!("{e}"));
-        (out, ended, said)
+        (out, ended.map(|(status, _)| status), said)
     }
 
     #[tokio::test]
@@ -352,6 +376,41 @@ mod tests {
         assert_eq!((out, ended, said), (forged.clone(), None, false));
         let (out, ended, said) = through(&[&mark(0), b"more\n", &mark(1)]).await;
         assert_eq!((out, ended, said), (forged, Some(1), true));
+    }
+
+    #[tokio::test]
+    async fn a_mark_carries_the_steps_usage_wherever_it_is_split() {
+        let mut all = b"output\n".to_vec();
+        all.extend_from_slice(
+            format!("\0knotless-step-end 000 {KEY} 1200 30 61440 0\n").as_bytes(),
+        );
+        for cut in 0..all.len() {
+            let mut out = Vec::new();
+            let ends = Ends::default();
+            let mut marked = EndMarked::new(&mut out, KEY, &ends, 0);
+            for piece in [&all[..cut], &all[cut..]] {
+                marked
+                    .write_all(piece)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            let ended = marked.finish().await.unwrap_or_else(|e| panic!("{e}"));
+            let usage = ended.and_then(|(_, usage)| usage);
+            assert_eq!(out, b"output\n", "cut at {cut}");
+            assert_eq!(
+                usage.map(|u| (u.cpu_user_ms, u.max_rss_bytes)),
+                Some((1200, Some(60 << 20))),
+                "cut at {cut}"
+            );
+        }
+        // Usage that is not four numbers leaves the status, without usage;
+        // a mark with words that are not numbers is output.
+        let (out, ended, _) =
+            through(&[format!("\0knotless-step-end 003 {KEY} 1 2\n").as_bytes()]).await;
+        assert_eq!((out.as_slice(), ended), (&b""[..], Some(3)));
+        let forged = format!("\0knotless-step-end 003 {KEY} x\n");
+        let (out, ended, _) = through(&[forged.as_bytes()]).await;
+        assert_eq!((out, ended), (forged.into_bytes(), None));
     }
 
     #[tokio::test]

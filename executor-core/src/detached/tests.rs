@@ -563,7 +563,11 @@ async fn a_forged_status_is_lost_not_a_code() {
         // which writes the real status once its recorders end: the next
         // forgery goes after that, or the real status would overwrite it.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::fs::read_to_string(&status).ok().as_deref() != Some("0\n") {
+        let real = |text: Option<String>| {
+            text.and_then(|t| t.strip_suffix('\n').map(str::to_owned))
+                .is_some_and(|line| line.starts_with("0 ") && parse_status(&line) == Some(0))
+        };
+        while !real(std::fs::read_to_string(&status).ok()) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{shell:?}: the supervisor never wrote the step's status"
@@ -1151,5 +1155,49 @@ async fn a_start_that_died_at_its_gate_is_started_then_never_twice() {
         assert_eq!(end, StepEnd::Exited(6), "{shell:?}");
         let count = std::fs::read_to_string(format!("{}.count", files.prefix)).unwrap_or_default();
         assert_eq!(count, "once\n", "{shell:?}");
+    }
+}
+
+/// What a step cost, as the wrapper measured it and the log was told:
+/// from the start's end mark, or from the status file after a cut.
+async fn usage_of(shell: &[&str], script: &str, cuts: &[Option<u64>]) -> crate::usage::StepUsage {
+    let (_dir, files) = state();
+    let exec = HostExec::new(shell, cuts);
+    let (log, _) = RunLog::memory();
+    let start = files.start_argv("", Script::Inline(script));
+    let end = run_step(
+        &exec,
+        &files,
+        &start,
+        &log,
+        &CancellationToken::new(),
+        FOLLOW_NOW,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {script}");
+    log.take_usage()
+        .unwrap_or_else(|| panic!("{shell:?}: no usage for {script}"))
+}
+
+#[tokio::test]
+async fn a_step_reports_its_cpu_time_and_the_peak_of_its_largest_process() {
+    const BUSY: &str = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+    const IDLE: &str = "sleep 0.3";
+    // dd holds a 60 MB block it cannot write on while sleep does not read.
+    const HOLDS_60MB: &str = "dd if=/dev/zero bs=60000000 count=1 2>/dev/null | sleep 1";
+    for shell in shells() {
+        let busy = usage_of(&shell, BUSY, &[]).await;
+        let idle = usage_of(&shell, IDLE, &[]).await;
+        assert!(
+            busy.cpu_ms() > idle.cpu_ms() && busy.cpu_ms() >= 50,
+            "{shell:?}: busy {busy:?}, idle {idle:?}"
+        );
+        let big = usage_of(&shell, HOLDS_60MB, &[]).await;
+        assert!(big.max_rss_bytes > Some(50_000_000), "{shell:?}: {big:?}");
+        assert!(idle.max_rss_bytes < Some(50_000_000), "{shell:?}: {idle:?}");
+        // Cut before its end: the status file has it too.
+        let cut = usage_of(&shell, HOLDS_60MB, &[Some(begun(0))]).await;
+        assert!(cut.max_rss_bytes > Some(50_000_000), "{shell:?}: {cut:?}");
     }
 }

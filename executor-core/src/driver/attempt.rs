@@ -382,6 +382,8 @@ async fn run_step(
         .map_or_else(OffsetDateTime::now_utc, |r| r.started_at);
     let clock = Instant::now();
     let dropped_before = log.output_dropped();
+    // A measure a backend told after its step was cut off is not this one's.
+    let _ = log.take_usage();
     match place.resumed {
         // Its start is in the log already, from the runner that made it.
         Some(resumed) if resumed.announced => {
@@ -471,6 +473,14 @@ async fn run_step(
         None => u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
     };
     let output_dropped_bytes = log.output_dropped().saturating_sub(dropped_before);
+    let usage = log.take_usage();
+    if let Some((peak, limit)) = usage.as_ref().and_then(crate::usage::StepUsage::near_limit) {
+        log.line(&format!(
+            "step {name}: its peak memory ({}) came within 10 % of the environment's memory limit ({}): a little more and the kernel kills it",
+            crate::log::size(peak),
+            crate::log::size(limit)
+        ));
+    }
     log.emit(Event::StepFinished {
         at: finished_at,
         attempt: place.attempt,
@@ -480,6 +490,7 @@ async fn run_step(
         duration_ms,
         failure: failure.clone(),
         output_dropped_bytes,
+        usage,
     });
     let result = StepResult {
         name: name.clone(),
@@ -491,6 +502,7 @@ async fn run_step(
         duration_ms,
         failure: failure.clone(),
         output_dropped_bytes,
+        usage,
     };
     (result, failure)
 }

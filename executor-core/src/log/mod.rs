@@ -99,6 +99,8 @@ struct Inner {
     limit: OutputLimit,
     /// The run's secret for naming its steps' files; see [`RunLog::step_id`].
     step_key: String,
+    /// What the running step cost, once its backend measured it.
+    usage: Option<crate::usage::StepUsage>,
 }
 
 type Sinks = Arc<[Arc<dyn EventSink>]>;
@@ -413,6 +415,25 @@ impl RunLog {
         format!("a{attempt}s{index}-{}", hex::encode(&digest[..8]))
     }
 
+    /// Tells the run what the running step cost, as its backend measured
+    /// it: the driver puts it in the step's result, its `stepFinished`
+    /// event and its end line. The last one told before the step ends
+    /// counts.
+    ///
+    /// ```
+    /// use executor_core::usage::StepUsage;
+    /// let (log, _) = executor_core::RunLog::memory();
+    /// log.record_usage(StepUsage { cpu_user_ms: 5, ..Default::default() });
+    /// ```
+    pub fn record_usage(&self, usage: crate::usage::StepUsage) {
+        self.lock().usage = Some(usage);
+    }
+
+    /// What the step that just ended cost, taken once.
+    pub(crate) fn take_usage(&self) -> Option<crate::usage::StepUsage> {
+        self.lock().usage.take()
+    }
+
     /// Bytes of step output dropped past the log's limit so far.
     pub fn output_dropped(&self) -> u64 {
         self.lock().limit.dropped()
@@ -544,6 +565,7 @@ impl RunLog {
             guarded_stream,
             limit: _,
             step_key: _,
+            usage: _,
         } = &mut *inner;
         let unmasked = match masks.as_mut().map(|m| &mut m[stream as usize]) {
             Some(mask) => {
@@ -770,6 +792,7 @@ impl Inner {
             guarded_stream: OutputStream::Stdout,
             limit: OutputLimit::default(),
             step_key: crate::labels::random_hex(32),
+            usage: None,
         }
     }
 
@@ -1162,6 +1185,7 @@ mod tests {
             duration_ms: 1500,
             failure: None,
             output_dropped_bytes: 0,
+            usage: None,
         });
         assert_eq!(
             mem.text(),

@@ -139,6 +139,7 @@ impl Mark {
                 duration_ms,
                 failure,
                 output_dropped_bytes,
+                usage,
                 ..
             } => {
                 let started_at = self.running.take().map(|r| r.started_at);
@@ -154,6 +155,7 @@ impl Mark {
                     duration_ms: *duration_ms,
                     failure: failure.clone(),
                     output_dropped_bytes: *output_dropped_bytes,
+                    usage: *usage,
                 });
             }
             Event::AttemptFinished { record, .. } => self.earlier.push((**record).clone()),

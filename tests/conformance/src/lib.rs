@@ -53,6 +53,7 @@ pub use cases::resume::*;
 pub use cases::secrets::*;
 pub use cases::steps::*;
 pub use cases::untrusted::*;
+pub use cases::usage::*;
 
 /// mockall fakes of the executor trait.
 pub mod fakes {
@@ -169,7 +170,7 @@ macro_rules! conformance_tests {
             crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
-            retry_never_follows_a_step_failure);
+            retry_never_follows_a_step_failure, each_step_reports_what_it_cost);
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
             a_step_cut_twice_keeps_every_byte_and_its_code);
         $crate::conformance_tests!(@needing $make; $attrs; [$($another)?];

@@ -8,3 +8,4 @@ pub mod resume;
 pub mod secrets;
 pub mod steps;
 pub mod untrusted;
+pub mod usage;
