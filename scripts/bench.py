@@ -110,14 +110,15 @@ class Bench:
             (sub / f"f{i}.txt").write_bytes(os.urandom(1024))
         return d
 
-    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,), env=None):
+    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,), env=None, binary=None):
         """One runner-cli run: seconds, peak RSS, seconds to the first step's start.
-        `env` replaces the engine's environment (a link's, from `through`)."""
+        `env` replaces the engine's environment (a link's, from `through`);
+        `binary` is another runner-cli (an earlier commit's)."""
         out = self.tmp / "out"
         shutil.rmtree(out, ignore_errors=True)
         env = env or (self.env_v4 if executor == "k8s-v4" else self.env)
         executor = "k8s" if executor == "k8s-v4" else executor
-        cmd = [str(self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", "bench", "--runner", "did:plc:bench",
+        cmd = [str(binary or self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", "bench", "--runner", "did:plc:bench",
                "--workdir", str(workdir), "--steps-file", str(steps), "--outputs", str(out),
                "--result", str(self.tmp / "result.json"), "--log", "-" if first_step else str(self.tmp / "run.log"), "--no-cleanup",
                # The log rows measure every byte written, past the default limit.
@@ -491,6 +492,39 @@ spec:
             self.notes.append(f"runner-cli's own CPU time per step on the test cluster ({where}): {self.cpu_per_step[executor] * 1000:.2f} ms of {mine * 1000:.1f} ms.")
             self.row(f"per-step overhead, {n} × `true`", where, f"{mine * 1000:.1f} ms", f"kubectl {cli * 1000:.1f} ms; floor {floor * 1000:.1f} ms{V5_BASE if executor == 'k8s-v4' else ''}", f"{per(mine, cli):.2f}× kubectl, {per(mine, floor):.2f}× floor", "≤ 0.5× kubectl, ≤ 1.2× floor", per(mine, cli) <= 0.5 and per(mine, floor) <= 1.2)
 
+    def usage_cost(self):
+        """What measuring each step's usage costs a step: the per-step
+        overhead of this runner against the same runner built from the
+        commit before usage was measured, in the same run."""
+        if self.quick:
+            # A second runner's build from another commit is no smoke
+            # test, and a shallow clone has no other commit.
+            print("  (usage_cost needs a full run: skipped with --quick)", flush=True)
+            return
+        rev = self.args.usage_baseline
+        tree = self.tmp / "usage-baseline"
+        self.sh(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree), rev])
+        try:
+            target = ROOT / "target" / "usage-baseline"
+            subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "--bin", "runner-cli"], cwd=tree, check=True,
+                           env={**os.environ, "CARGO_TARGET_DIR": str(target)})
+            before = target / "release" / "runner-cli"
+        finally:
+            self.sh(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
+        n = 100
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        many = self.steps("many", [("s0", "true")] + [(f"s{i + 1}", "true") for i in range(n)])
+        for executor, where in [("shell", "shell"), ("docker", "docker"), *K8S_MODES]:
+            m = self.interleaved(
+                one=lambda: self.runner(executor, one, empty)[0],
+                many=lambda: self.runner(executor, many, empty)[0],
+                one_before=lambda: self.runner(executor, one, empty, binary=before)[0],
+                many_before=lambda: self.runner(executor, many, empty, binary=before)[0])
+            mine, base = (m["many"] - m["one"]) / n, (m["many_before"] - m["one_before"]) / n
+            self.row(f"per-step overhead with usage measured, {n} × `true`", where, f"{mine * 1000:.2f} ms",
+                     f"{base * 1000:.2f} ms (runner-cli of {rev}, without usage)", f"{(mine - base) * 1000:+.2f} ms", "≤ +1 ms", mine - base <= 0.001)
+
     def transfer(self):
         big = (1 << 20) if self.quick else (1 << 30)
         small = 200 if self.quick else 20000
@@ -855,7 +889,7 @@ spec:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache, self.link_per_step, self.link_checkout]
+            parts = [self.per_step, self.usage_cost, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.concurrency, self.cache, self.link_per_step, self.link_checkout]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:
@@ -891,7 +925,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
-    parser.add_argument("--only", nargs="*", help="run only these parts (per_step transfer logs masking events memory_row header_bomb start_to_first_step concurrency cache link_per_step link_checkout)")
+    parser.add_argument("--usage-baseline", default="df8a5f9", help="the commit whose runner-cli measures no usage (usage_cost's baseline)")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step usage_cost transfer logs masking events memory_row header_bomb start_to_first_step concurrency cache link_per_step link_checkout)")
     Bench(parser.parse_args()).run()
 
 

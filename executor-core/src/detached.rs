@@ -202,6 +202,7 @@ record() {
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
   oom=0; for f in OOM_COUNTERS; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
+  p0=; { read -r p0 < /sys/fs/cgroup/memory.peak || read -r p0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
   r=$(exec 9>&1 > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&-
     { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :
     PRELUDEsh FLAGS "$1" 9>&- &
@@ -225,14 +226,18 @@ record() {
     kill -9 "$m" 2>/dev/null
     set -f; unset IFS; l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l
     lim=; { read -r lim < /sys/fs/cgroup/memory.max || read -r lim < /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null
+    p1=; { read -r p1 < /sys/fs/cgroup/memory.peak || read -r p1 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
     case "$lim" in ''|*[!0-9]*) lim=0;; esac
-    case "${14}${15}" in ''|*[!0-9]*) echo "u - - $lim" >&9;; *) echo "u $((${14} * 10)) $((${15} * 10)) $lim" >&9;; esac
+    case "$p1" in ''|*[!0-9]*) p1=0;; esac
+    case "${14}${15}" in ''|*[!0-9]*) echo "u - - $lim $p1" >&9;; *) echo "u $((${14} * 10)) $((${15} * 10)) $lim $p1" >&9;; esac
     wait "$m"
     exit "$s"); s=$?
-  u=; pk=0; u1=; u2=; u3=; n=; ran=; set -f
-  for w in $r; do case "$n" in p) pk=$w; n=;; u1) u1=$w; n=u2;; u2) u2=$w; n=u3;; u3) u3=$w; n=;; *) case "$w" in p) n=p;; u) n=u1; ran=1;; *) n=;; esac;; esac; done
+  u=; pk=0; u1=; u2=; u3=; u4=; n=; ran=; set -f
+  for w in $r; do case "$n" in p) pk=$w; n=;; u1) u1=$w; n=u2;; u2) u2=$w; n=u3;; u3) u3=$w; n=u4;; u4) u4=$w; n=;; *) case "$w" in p) n=p;; u) n=u1; ran=1;; *) n=;; esac;; esac; done
   [ -n "$ran" ] || exit 125
-  set +f; case "$u1$u2$pk$u3" in *[!0-9]*) ;; *) [ -z "$u3" ] || u="$u1 $u2 $pk $u3";; esac
+  case "$p0" in ''|*[!0-9]*) u4=0;; esac
+  case "$u4" in ''|*[!0-9]*) u4=0;; *) [ "$u4" -gt "$p0" ] 2>/dev/null || u4=0;; esac
+  set +f; case "$u1$u2$pk$u3" in *[!0-9]*) ;; *) [ -z "$u3" ] || u="$u1 $u2 $pk $u3 $u4";; esac
   [ "${#u}" -le USAGE_MAX ] || u=
   held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait

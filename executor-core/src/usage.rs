@@ -13,6 +13,7 @@
 //!     cpu_system_ms: 100,
 //!     max_rss_bytes: Some(812 << 20),
 //!     memory_limit_bytes: Some(1 << 30),
+//!     environment_peak_bytes: None,
 //! };
 //! assert_eq!(usage.summary(), "cpu 20.1s, peak 812 MiB");
 //! assert_eq!(usage.near_limit(), None);
@@ -21,8 +22,8 @@
 use serde::{Deserialize, Serialize};
 
 /// The most bytes of usage an end mark or status file carries after the
-/// status: four numbers of at most 20 digits and the spaces between them.
-pub const MARKED_MAX: usize = 83;
+/// status: five numbers of at most 20 digits and the spaces between them.
+pub const MARKED_MAX: usize = 104;
 
 /// What one step cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +42,13 @@ pub struct StepUsage {
     /// The environment's memory limit as the step ended, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit_bytes: Option<u64>,
+    /// The environment's peak memory (its cgroup's, page cache included)
+    /// when it was reached while the step ran; absent when the
+    /// environment's peak came before the step, or its cgroup cannot be
+    /// read. A cgroup's peak only grows, so a step that did not raise it
+    /// cannot be told from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_peak_bytes: Option<u64>,
 }
 
 /// A limit this large is none: cgroup v1 says "no limit" with the
@@ -49,9 +57,10 @@ const NO_LIMIT: u64 = 1 << 62;
 
 impl StepUsage {
     /// The usage an environment's wrapper reports after a step's status:
-    /// `USER_MS SYSTEM_MS PEAK_KIB LIMIT_BYTES`, four decimal numbers
-    /// split by one space (a peak of 0 is none seen, a limit of 0 none).
-    /// Anything else is `None`: the words come from the step's reach.
+    /// `USER_MS SYSTEM_MS PEAK_KIB LIMIT_BYTES [ENV_PEAK_BYTES]`, decimal
+    /// numbers split by one space (0 for a peak, limit or environment
+    /// peak is none). Anything else is `None`: the words come from the
+    /// step's reach.
     ///
     /// ```
     /// use executor_core::usage::StepUsage;
@@ -62,6 +71,7 @@ impl StepUsage {
     /// assert_eq!(StepUsage::from_marked("1 2 0 0").unwrap().max_rss_bytes, None);
     /// assert!(StepUsage::from_marked("1 2 3").is_none());
     /// assert!(StepUsage::from_marked("1 2 3 x").is_none());
+    /// assert_eq!(StepUsage::from_marked("1 2 3 0 9000").unwrap().environment_peak_bytes, Some(9000));
     /// ```
     pub fn from_marked(words: &str) -> Option<Self> {
         if words.len() > MARKED_MAX {
@@ -74,6 +84,10 @@ impl StepUsage {
         });
         let mut next = || numbers.next().flatten();
         let (user, system, peak_kib, limit) = (next()?, next()?, next()?, next()?);
+        let environment_peak = match numbers.next() {
+            None => 0,
+            Some(peak) => peak?,
+        };
         if numbers.next().is_some() {
             return None;
         }
@@ -82,6 +96,7 @@ impl StepUsage {
             cpu_system_ms: system,
             max_rss_bytes: (peak_kib > 0).then(|| peak_kib.saturating_mul(1024)),
             memory_limit_bytes: (limit > 0 && limit < NO_LIMIT).then_some(limit),
+            environment_peak_bytes: (environment_peak > 0).then_some(environment_peak),
         })
     }
 

@@ -65,12 +65,15 @@ fn millis(time: libc::timeval) -> u64 {
 
 fn from_rusage(usage: &libc::rusage) -> StepUsage {
     // ru_maxrss is in KiB on Linux: the largest of the process and its
-    // waited-for descendants.
+    // waited-for descendants. The shell's own starts at the runner's
+    // resident set, the memory it was spawned from, so it is never below
+    // the runner's.
     let peak_kib = u64::try_from(usage.ru_maxrss).unwrap_or(0);
     StepUsage {
         cpu_user_ms: millis(usage.ru_utime),
         cpu_system_ms: millis(usage.ru_stime),
         max_rss_bytes: (peak_kib > 0).then(|| peak_kib.saturating_mul(1024)),
         memory_limit_bytes: None,
+        environment_peak_bytes: None,
     }
 }

@@ -240,3 +240,56 @@ async fn cancel_mid_step() {
         [StepStatus::Cancelled, StepStatus::Skipped]
     );
 }
+
+/// What a backend measured of a step reaches its result and end line; a
+/// peak within a tenth of the environment's memory limit gets a warning,
+/// one further from it none.
+#[tokio::test]
+async fn a_steps_usage_reaches_its_result_and_a_near_limit_peak_is_warned_of() {
+    use executor_core::usage::StepUsage;
+    let out = tempfile::tempdir().unwrap();
+    let mut mock = started_mock();
+    let mut seq = mockall::Sequence::new();
+    for peak_mib in [60u64, 40] {
+        mock.expect_command()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(move |_, _, log, _| {
+                log.record_usage(StepUsage {
+                    cpu_user_ms: 1500,
+                    cpu_system_ms: 200,
+                    max_rss_bytes: Some(peak_mib << 20),
+                    memory_limit_bytes: Some(64 << 20),
+                    environment_peak_bytes: None,
+                });
+                Ok(CommandOutcome::exited(0))
+            });
+    }
+    let (log, text) = RunLog::memory();
+    let fake = Fake::new(mock);
+    let result = run(
+        &fake,
+        &spec(out.path(), &["near", "far"]),
+        &log,
+        CancellationToken::new(),
+    )
+    .await;
+    assert_valid_result(&result);
+    assert_eq!(
+        result.steps[0].usage.and_then(|u| u.max_rss_bytes),
+        Some(60 << 20)
+    );
+    let text = text.text();
+    assert!(text.contains("==> step near: success (exit 0, "), "{text}");
+    assert!(text.contains(", cpu 1.7s, peak 60 MiB)"), "{text}");
+    assert_eq!(
+        text.matches("came within 10 % of the environment's memory limit")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("step near: its peak memory (60 MiB)"),
+        "{text}"
+    );
+}

@@ -51,6 +51,13 @@ pub async fn each_step_reports_what_it_cost(backend: &dyn Backend) {
             "{quiet:?}"
         );
     }
+    // Where the environment's cgroup can be read, the step that raised
+    // its peak says so, and the idle step after it, which did not, says
+    // nothing.
+    if let Some(peak) = holds.environment_peak_bytes {
+        assert!(peak > BIG, "{holds:?}");
+        assert_eq!(after.environment_peak_bytes, None, "{after:?}");
+    }
     let text = log.text();
     assert!(
         text.lines()
@@ -63,5 +70,6 @@ pub async fn each_step_reports_what_it_cost(backend: &dyn Backend) {
         json.contains("\"cpuUserMs\"") && json.contains("\"maxRssBytes\""),
         "{json}"
     );
+    eprintln!("usage: busy {busy:?}, idle {idle:?}, holds {holds:?}, after {after:?}");
     assert_nothing_left(backend, &fx.runner).await;
 }
