@@ -207,9 +207,9 @@ record() {
     { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :
     PRELUDEsh FLAGS "$1" 9>&- &
     c=$!; exec > /dev/null 2>&1
+    l=; { read -r l < /proc/self/stat; } 2>/dev/null; pp=${l%% *}
     ( unset IFS; t=" $c "; h=0; w=0.01
       me() { l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l; up=$2; }
-      me; pp=$up
       while :; do
         sleep $w 9>&- || { [ "$w" = 1 ] && exit 0; w=1; continue; }
         me; [ "$up" = "$pp" ] || exit 0
