@@ -69,8 +69,10 @@ impl Trigger {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Backend to run on.
-    #[arg(long, value_enum, default_value = "shell")]
+    /// Backend to run on: shell (the steps run on this host, as this
+    /// user), docker or k8s. Required: a forgotten flag must not run the
+    /// steps on the host.
+    #[arg(long, value_enum)]
     pub executor: ExecutorKind,
     /// Run name, used in labels and the result.
     #[arg(long)]

@@ -31,13 +31,19 @@ macro_rules! print_out {
 mod args;
 mod backends;
 mod flags;
+mod foreign;
 mod resume;
 mod run;
 mod secrets;
 
 fn main() {
     let cli = Cli::parse();
+    // Colour codes only for a person at a terminal: piped into a file or
+    // a CI log they are noise, and NO_COLOR turns them off anyway.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
+        .with_ansi(colour)
         .with_writer(secrets::MaskedStderr)
         // Its own complaint about a failed write goes to stderr through
         // `eprintln!`, which panics when stderr is the thing that failed.

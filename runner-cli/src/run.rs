@@ -213,6 +213,7 @@ pub(crate) fn stop_timeout_of(
 
 /// Checks every input before anything runs; the message names the flag.
 fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
+    crate::foreign::refuse(args).map_err(anyhow::Error::msg)?;
     if args.executor == ExecutorKind::Shell && args.trigger.is_untrusted() {
         bail!(
             "--trigger {:?} runs untrusted code, and the shell executor runs it directly on this host; \

@@ -39,6 +39,7 @@ impl Case {
     fn run(&self, steps: &str, extra: &[&str]) -> Command {
         let steps = self.steps(steps);
         let mut flags: Vec<(String, String)> = [
+            ("--executor", "shell".to_string()),
             ("--name", "cli-test".to_string()),
             ("--runner", "did:plc:cli-test".to_string()),
             ("--workdir", self.path("checkout").display().to_string()),
@@ -1009,4 +1010,76 @@ fn a_loud_step_fills_neither_the_log_nor_the_events_past_the_limit() {
     let result = case.result();
     assert_eq!(result.steps[0].output_dropped_bytes, dropped);
     assert_eq!(result.steps[1].status, executor_core::StepStatus::Success);
+}
+
+#[test]
+fn a_run_without_executor_is_refused_rather_than_run_on_the_host() {
+    let case = Case::new();
+    let out = bin()
+        .args([
+            "run",
+            "--name",
+            "x",
+            "--runner",
+            "did:plc:x",
+            "--steps-file",
+        ])
+        .arg(case.steps("touched\ttouch \"$OUTPUTS_DIR/ran\"\n"))
+        .arg("--outputs")
+        .arg(case.path("outputs"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--executor"), "{stderr}");
+    assert!(!case.path("outputs/ran").exists());
+}
+
+#[test]
+fn another_backends_flags_are_refused_naming_this_ones() {
+    let case = Case::new();
+    for (extra, says) in [
+        (
+            &["--executor", "k8s", "--memory", "64m"][..],
+            "on the k8s executor use --memory-limit",
+        ),
+        (
+            &["--executor", "k8s", "--user", "1000:1000"][..],
+            "use --run-as-user and --run-as-group",
+        ),
+        (
+            &["--executor", "docker", "--run-as-user", "1000"][..],
+            "on the docker executor use --user",
+        ),
+        (
+            &["--executor", "shell", "--read-only"][..],
+            "--read-only is a flag of the docker executor",
+        ),
+        (
+            &["--executor", "shell", "--image", "x"][..],
+            "--image is a flag of the docker and k8s executor",
+        ),
+    ] {
+        let out = case.run("a\ttrue\n", extra).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        let result = case.result();
+        assert_eq!(result.status, executor_core::RunStatus::Error, "{extra:?}");
+    }
+}
+
+#[test]
+fn diagnostics_piped_have_no_colour_codes() {
+    let case = Case::new();
+    let out = case
+        // A process left behind holding the step's output: a debug line.
+        .run("a\tsleep 3 & echo hi\n", &[])
+        .env("RUNNER_LOG", "debug")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DEBUG"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
 }

@@ -15,7 +15,15 @@ fn peak_rss_stays_small_with_a_200mb_log() {
     )
     .unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_runner-cli"))
-        .args(["run", "--name", "mem", "--runner", "did:plc:mem"])
+        .args([
+            "run",
+            "--executor",
+            "shell",
+            "--name",
+            "mem",
+            "--runner",
+            "did:plc:mem",
+        ])
         .args(["--log-limit", "none"])
         .arg("--workdir")
         .arg(dir.path().join("checkout"))

@@ -20,7 +20,15 @@ fn peak_rss_stays_small_with_outputs_of_long_links() {
                   n=0; while [ $n -lt 400 ]; do ln -s \"d$n/$deep\" \"$OUTPUTS_DIR/l$n\"; n=$((n+1)); done";
     std::fs::write(dir.path().join("steps.tsv"), format!("links\t{script}\n")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_runner-cli"))
-        .args(["run", "--name", "links", "--runner", "did:plc:links"])
+        .args([
+            "run",
+            "--executor",
+            "shell",
+            "--name",
+            "links",
+            "--runner",
+            "did:plc:links",
+        ])
         .arg("--workdir")
         .arg(dir.path().join("checkout"))
         .arg("--steps-file")
