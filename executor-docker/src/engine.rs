@@ -85,6 +85,8 @@ pub struct ContainerState {
     pub running: bool,
     /// The kernel's OOM killer struck in it.
     pub oom_killed: bool,
+    /// How its main process ended, once it has.
+    pub exit_code: Option<i64>,
     /// Its labels.
     pub labels: HashMap<String, String>,
 }

@@ -778,3 +778,77 @@ fn a_resumed_run_keeps_the_user_its_steps_ran_as() {
     });
     assert!(probe.is_empty(), "{probe:?}");
 }
+
+/// An image with no `sh` (here: busybox under another name, and nothing
+/// else) fails the run once, as an image failure naming the shell, and
+/// `--retry` does not burn attempts on it.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn an_image_without_sh_is_an_image_failure_not_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox, as scripts/prepare-engine.sh installs it");
+    std::fs::copy(busybox, root.join("bin/hello")).unwrap();
+    let tag = format!("knotless-nosh:{}", std::process::id());
+    let imported = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C '{}' -c . | docker import - {tag}",
+            root.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    std::fs::create_dir(dir.path().join("checkout")).unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "a\ttrue\n").unwrap();
+    let out = cli()
+        .args([
+            "run",
+            "--executor",
+            "docker",
+            "--image",
+            &tag,
+            "--pull",
+            "never",
+        ])
+        .args(["--name", "nosh", "--runner", "did:plc:nosh", "--retry", "2"])
+        .arg("--workdir")
+        .arg(dir.path().join("checkout"))
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--outputs")
+        .arg(dir.path().join("outputs"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .arg("--log")
+        .arg(dir.path().join("run.log"))
+        .output()
+        .unwrap();
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: RunResult =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
+            .unwrap();
+    assert_valid_result(&result);
+    let failure = result.failure.clone().expect("a failure");
+    assert_eq!(failure.kind, executor_core::FailureKind::Image, "{stderr}");
+    assert!(!failure.retryable, "{failure:?}");
+    assert!(failure.message.contains("has no sh"), "{failure:?}");
+    assert!(
+        stderr.contains("--image"),
+        "the flag, not the field: {stderr}"
+    );
+    assert_eq!(result.attempts.len(), 1, "{}", result.to_json());
+    assert_eq!(
+        out.status.code(),
+        Some(executor_core::FailureKind::Image.exit_code())
+    );
+}

@@ -303,6 +303,7 @@ impl BollardEngine {
                     exists: true,
                     running: state.running.unwrap_or(false),
                     oom_killed: state.oom_killed.unwrap_or(false),
+                    exit_code: state.exit_code.filter(|_| state.running != Some(true)),
                     labels: info.config.and_then(|c| c.labels).unwrap_or_default(),
                 })
             }

@@ -105,6 +105,18 @@ impl DockerExecutor {
         files: &StepFiles,
     ) -> Result<Option<String>, ExecutorError> {
         let state = self.engine.inspect(id).await?;
+        // The keep-alive is `sh`: a container whose main process could
+        // not be started (the init's exec failed, 127) has an image
+        // without one, which no attempt can fix.
+        if state.exists && !state.running && state.exit_code == Some(127) {
+            return Err(ExecutorError::image(
+                "starting the environment",
+                format!(
+                    "the image (RunSpec::image) has no sh: container {id} could not start its keep-alive `sh` (exit 127), and every step runs as `sh -ec`; use an image with a POSIX shell at /bin/sh"
+                ),
+                false,
+            ));
+        }
         if !state.exists || !state.running {
             return Err(ExecutorError::EnvironmentLost(format!(
                 "container {id} was {} while the step ran",
