@@ -5,12 +5,20 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The crate's version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KNOTLESS_COMMIT"),
+    ")"
+);
+
 /// Run CI runs on the shell, Docker or Kubernetes executor.
 ///
 /// Exit codes: 0 success, 1 a step failed, 2 usage or input error,
 /// 3 infrastructure error, 124 timeout, 130 cancelled.
 #[derive(Debug, Parser)]
-#[command(name = "runner-cli", version, about, long_about = None)]
+#[command(name = "runner-cli", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

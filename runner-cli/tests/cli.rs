@@ -1083,3 +1083,27 @@ fn diagnostics_piped_have_no_colour_codes() {
     assert!(stderr.contains("DEBUG"), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "{stderr}");
 }
+
+#[test]
+fn version_names_the_commit() {
+    let out = bin().arg("--version").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let head = Command::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short=12",
+            "HEAD",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(head) => assert!(said.contains(&format!("(commit {head})")), "{said}"),
+        // A source tarball has no git: the version says so.
+        None => assert!(said.contains("(commit unknown)"), "{said}"),
+    }
+}

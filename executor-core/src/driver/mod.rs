@@ -280,9 +280,38 @@ async fn finish(
         result.status = failure.kind.run_status();
     }
     result.mask(&spec.masker());
+    summarise(log, &result);
     log.emit(Event::RunFinished {
         at: result.finished_at,
         result: Box::new(result.clone()),
     });
     result
+}
+
+/// The run's last lines before its end: each step, how it ended and how
+/// long it took, skipped ones too, so the end of a long log says what
+/// happened without a search.
+fn summarise(log: &RunLog, result: &RunResult) {
+    if result.steps.is_empty() {
+        return;
+    }
+    let width = result
+        .steps
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(40);
+    log.line("summary:");
+    for step in &result.steps {
+        let mut words = step.status.as_str().to_string();
+        if step.status != crate::StepStatus::Skipped {
+            let secs = step.duration_ms as f64 / 1000.0;
+            match step.exit_code {
+                Some(code) if code != 0 => words.push_str(&format!(" (exit {code}, {secs:.1}s)")),
+                _ => words.push_str(&format!(" ({secs:.1}s)")),
+            }
+        }
+        log.line(&format!("  {:<width$}  {words}", step.name));
+    }
 }

@@ -293,3 +293,36 @@ async fn a_steps_usage_reaches_its_result_and_a_near_limit_peak_is_warned_of() {
         "{text}"
     );
 }
+
+/// A run ends with a summary line for every step, skipped ones too.
+#[tokio::test]
+async fn a_run_ends_with_a_summary_of_every_step() {
+    let out = tempfile::tempdir().unwrap();
+    let mut mock = started_mock();
+    let mut seq = mockall::Sequence::new();
+    for code in [0, 3] {
+        mock.expect_command()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(move |_, _, _, _| Ok(CommandOutcome::exited(code)));
+    }
+    let (log, text) = RunLog::memory();
+    let fake = Fake::new(mock);
+    let spec = spec(out.path(), &["build", "test", "deploy"]);
+    let result = run(&fake, &spec, &log, CancellationToken::new()).await;
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Success, StepStatus::Failed, StepStatus::Skipped]
+    );
+    let text = text.text();
+    let summary = &text[text
+        .find("==> summary:")
+        .unwrap_or_else(|| panic!("{text}"))..];
+    let lines: Vec<&str> = summary.lines().take(4).collect();
+    assert!(lines[1].starts_with("==>   build   success ("), "{summary}");
+    assert!(
+        lines[2].starts_with("==>   test    failed (exit 3, "),
+        "{summary}"
+    );
+    assert_eq!(lines[3], "==>   deploy  skipped", "{summary}");
+}
