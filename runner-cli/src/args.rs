@@ -97,13 +97,14 @@ pub struct RunArgs {
     /// Shared step files, streamed into STEPS_DIR.
     #[arg(long)]
     pub steps_dir: Option<PathBuf>,
-    /// Steps as TSV: `name<TAB>script` a line.
+    /// Steps as TSV: `name<TAB>script` a line; `-` for standard input.
     #[arg(long)]
     pub steps_file: PathBuf,
     /// Host folder that receives OUTPUTS_DIR.
     #[arg(long, default_value = "outputs")]
     pub outputs: PathBuf,
-    /// Where the result JSON goes.
+    /// Where the result JSON goes; `-` for standard output (then --log
+    /// needs a file: one output on standard output at a time).
     #[arg(long, default_value = "result.json")]
     pub result: PathBuf,
     /// Where the run log goes; `-` for the terminal.

@@ -175,7 +175,7 @@ pub(crate) async fn report(
     // The result first: it is the record, and a log whose reader stopped
     // reading must not hold it back. It names the flags its reader set.
     result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
-    let written = result.write_to(path);
+    let written = write_result(&result, path);
     if !log.flush(LOG_PATIENCE).await {
         say!(
             "runner-cli: the run log {log_name} took nothing for {LOG_PATIENCE:?}; its end is lost"
@@ -214,6 +214,21 @@ pub(crate) fn stop_timeout_of(
 /// Checks every input before anything runs; the message names the flag.
 fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     crate::foreign::refuse(args).map_err(anyhow::Error::msg)?;
+    let on_stdout: Vec<&str> = [
+        ("--log", args.log == "-"),
+        ("--result", args.result == Path::new("-")),
+        ("--events", args.events.as_deref() == Some("-")),
+    ]
+    .into_iter()
+    .filter_map(|(flag, dash)| dash.then_some(flag))
+    .collect();
+    if on_stdout.len() > 1 {
+        bail!(
+            "{} are each `-`, standard output, where they would mix: give all but one a file \
+             (the run log is on standard output unless --log names a file)",
+            on_stdout.join(" and ")
+        );
+    }
     if args.executor == ExecutorKind::Shell && args.trigger.is_untrusted() {
         bail!(
             "--trigger {:?} runs untrusted code, and the shell executor runs it directly on this host; \
@@ -225,7 +240,7 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     if let Some(steps) = &args.steps_dir {
         check_dir(steps, "--steps-dir")?;
     }
-    let steps = read_steps_file(&args.steps_file).context("--steps-file")?;
+    let steps = steps_of(&args.steps_file).context("--steps-file")?;
     if steps.is_empty() {
         bail!("--steps-file {}: no steps in it", args.steps_file.display());
     }
@@ -294,7 +309,7 @@ fn input_failure(err: &anyhow::Error) -> Failure {
 /// The result of a run that never started: bad input, no engine to start
 /// it on, or a signal while connecting.
 fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: Failure) {
-    let steps = read_steps_file(&args.steps_file)
+    let steps = steps_of(&args.steps_file)
         .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
         .unwrap_or_default();
     let mut result = RunResult {
@@ -315,9 +330,39 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: F
     };
     result.mask(&crate::secrets::masker());
     result.edit_texts(|text| *text = crate::flags::as_flags(text).into_owned());
-    if let Err(err) = result.write_to(&args.result) {
+    if let Err(err) = write_result(&result, &args.result) {
         say!("runner-cli: {err}");
     }
+}
+
+/// The steps of `--steps-file`: the file, or standard input for `-`,
+/// read once however often it is asked for.
+fn steps_of(path: &Path) -> Result<Vec<executor_core::Step>, executor_core::StepsFileError> {
+    if path != Path::new("-") {
+        return read_steps_file(path);
+    }
+    static STDIN: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    let text = STDIN
+        .get_or_init(|| std::io::read_to_string(std::io::stdin()).map_err(|err| err.to_string()));
+    match text {
+        Ok(text) => executor_core::parse_steps(Path::new("standard input"), text),
+        Err(err) => Err(executor_core::StepsFileError::Read {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(err.clone()),
+        }),
+    }
+}
+
+/// Writes the result to `path`, or to standard output for `-`.
+pub(crate) fn write_result(result: &RunResult, path: &Path) -> Result<(), String> {
+    if path != Path::new("-") {
+        return result.write_to(path).map_err(|err| err.to_string());
+    }
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", result.to_json())
+        .and_then(|()| out.flush())
+        .map_err(|err| format!("writing the result to standard output: {err}"))
 }
 
 /// The signals that end the runner: each cancels the run, which still

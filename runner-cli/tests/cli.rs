@@ -1107,3 +1107,45 @@ fn version_names_the_commit() {
         None => assert!(said.contains("(commit unknown)"), "{said}"),
     }
 }
+
+#[test]
+fn dash_is_standard_input_or_output_and_two_outputs_there_are_refused() {
+    use std::io::Write;
+    let case = Case::new();
+    // Steps from standard input, the result to standard output.
+    let mut child = case
+        .run("unused\ttrue\n", &["--steps-file", "-", "--result", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\techo from-stdin\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: RunResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert_valid_result(&result);
+    assert_eq!(result.steps[0].name, "hello");
+    let log = std::fs::read_to_string(case.path("run.log")).unwrap();
+    assert!(log.contains("from-stdin"), "{log}");
+    // The log and the result both on standard output: refused.
+    let out = case
+        .run("a\ttrue\n", &["--log", "-", "--result", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--log and --result are each `-`"),
+        "{stderr}"
+    );
+}
