@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::script::Script;
 
 /// Runs argv on the host with `shell` in place of `sh`. Each exec takes
 /// the next cut from `cuts`: after that many bytes of stdout its process

@@ -1,0 +1,212 @@
+//! The POSIX `sh` the environment runs for a step: its start (the
+//! supervisor, the recorders, the runner shell and the sampler of what the
+//! step cost), the gate of a start opened ahead, and the follow that sends
+//! the recorded output on after a cut.
+
+/// The start of a step. `$0` is the files' prefix, `$1` the script (or its
+/// file), `$2` the key its end marks carry ([`end_key`](super::end_key)).
+///
+/// The step writes into two pipes; a `tee` on each sends its stream on
+/// to the exec (through a `dd` that joins tee's small writes into reads
+/// of up to 64 KiB, so a loud step reaches the runner in large pieces,
+/// as it did when it wrote to the exec itself: without it, 512 MiB went
+/// through Docker at 51 MB/s against 78) and, through a pipe
+/// without a name (`/proc/self/fd/5`), into a recorder, which writes it
+/// in pieces of [`CHUNK`](super::CHUNK) bytes, `PREFIX.out.N` and `PREFIX.err.N` (N
+/// from 0), and removes the oldest so that the last 64 to 80 MiB of each
+/// stream are kept. Pieces soon removed seldom reach the disk at all, so
+/// a loud step is not held to the disk's speed. A piece `dd` could not
+/// fill (its count, in the words POSIX gives it) is the stream's last.
+///
+/// Every file made or removed on the state folder's disk costs far more
+/// than a process start (0.3 to 0.7 ms on an ext4 volume, against 0.2 ms
+/// for a fork), so a step makes six: its two pipes, its pid, its status
+/// and the first piece of each stream. The stdout recorder removes the
+/// steps before, while the step runs.
+///
+/// A loud stream's recorder and its joining `dd` (what holds fd 5 on
+/// the recorder's pipe, but for the `tee`, which reads the step's pipe)
+/// go to the lowest priority once it starts its second piece (`renice`,
+/// where the image has it; only for a stream past 8 MiB): they yield to
+/// the step, and under load the output gathers in the pipes, so it goes
+/// on in large pieces (a 512 MiB step through `docker exec` cost
+/// dockerd, the shim and the client about a fifth less CPU) while an
+/// idle machine still sends each line at once. The `tee` keeps its
+/// priority: reniced too, it took a fifth to a quarter off a loud step's
+/// throughput.
+///
+/// The supervisor's own output goes nowhere: only the `dd`s hold the
+/// exec's streams, so nothing else dies of a write to a stream that broke.
+///
+/// The step has ended when its shell has: its status is written once the
+/// recorders have all it wrote, unless a process it left behind still
+/// holds its output (`sleep 600 &`), when it is written at once, as an
+/// engine ends an exec whose own process ended. A second start of the
+/// same step (an exec whose upgrade answer was lost, tried again) finds
+/// the pipes made and follows the first instead of running the step
+/// twice. It ends with the mark only when it sent every byte and the
+/// status is a number from 0 to 255; otherwise (bytes no longer kept, a
+/// supervisor gone, a status the step forged) it ends unmarked, so the
+/// runner takes it for a cut and follows: the follow counts the lost
+/// bytes, and the runner checks the status. Its own exit code is never
+/// taken for the step's.
+pub(super) const START: &str = r#"d=$0; key=$2
+STREAMS
+old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
+if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
+  [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&4; exit 125; }
+  BEGIN
+  second=1
+  FOLLOW
+  s=; u=; { read -r s u < "$d.status"; } 2>/dev/null
+  case "$s" in ''|*[!0-9]*|????*) exit 125;; esac
+  [ "$s" -le 255 ] || exit 125
+  case "$u" in *[![:digit:][:blank:]]*) u=;; esac; [ "${#u}" -le USAGE_MAX ] || u=
+  marked "$s" "$u"
+  exit "$s"
+fi
+record() {
+  [ -z "$3" ] || rm -f $3
+  i=0
+  while :; do
+    r=$(LC_ALL=C dd bs=1048576 count=8 iflag=fullblock of="$d.$1.$i" 2>&1)
+    case "$r" in "8+0 records in"*) ;; *) return 0;; esac
+    if [ "$i" = 0 ]; then
+      read -r me _ < /proc/self/stat && renice -n 19 -p "$me" > /dev/null 2>&1
+      for p in /proc/[0-9]*; do { [ "$p/fd/5" -ef /proc/self/fd/0 ] && ! [ "$p/fd/0" -ef "$2" ]; } 2>/dev/null && renice -n 19 -p "${p#/proc/}" > /dev/null 2>&1; done
+    fi
+    if [ "$i" -ge 9 ] && [ $((i % 2)) = 1 ]; then rm -f "$d.$1.$((i - 9))" "$d.$1.$((i - 8))"; fi
+    i=$((i + 1))
+  done
+}
+(
+  BEGIN
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
+  oom=0; for f in OOM_COUNTERS; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
+  p0=; { read -r p0 < /sys/fs/cgroup/memory.peak || read -r p0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
+  r=$(exec 9>&1 > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&-
+    { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :
+    PRELUDEsh FLAGS "$1" 9>&- &
+    c=$!; exec > /dev/null 2>&1
+    l=; { read -r l < /proc/self/stat; } 2>/dev/null; pp=${l%% *}
+    ( unset IFS; t=" $c "; h=0; w=0.01
+      me() { l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l; up=$2; }
+      while :; do
+        sleep $w 9>&- || { [ "$w" = 1 ] && exit 0; w=1; continue; }
+        me; [ "$up" = "$pp" ] || exit 0
+        for q in /proc/[0-9]*; do
+          l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
+          case "$t" in *" ${q#/proc/} "*) ;; *" $2 "*) t="$t${q#/proc/} ";; *) { [ "$q/fd/1" -ef "$d.o" ] || [ "$q/fd/2" -ef "$d.e" ]; } 2>/dev/null || continue;; esac
+          v=; { while read -r k v _; do [ "$k" = VmHWM: ] && break; done < "$q/status"; } 2>/dev/null
+          case "$v" in ''|*[!0-9]*) ;; *) [ "$v" -le "$h" ] || { h=$v; echo "p $h" >&9; };; esac
+        done
+        case $w in 0.01) w=0.05;; 0.05) w=0.1;; 0.1) w=0.2;; 0.2) w=0.5;; *) w=1;; esac
+      done ) &
+    m=$!
+    wait $c; s=$?
+    kill -9 "$m" 2>/dev/null
+    set -f; unset IFS; l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l
+    lim=; { read -r lim < /sys/fs/cgroup/memory.max || read -r lim < /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null
+    p1=; { read -r p1 < /sys/fs/cgroup/memory.peak || read -r p1 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
+    case "$lim" in ''|*[!0-9]*) lim=0;; esac
+    case "$p1" in ''|*[!0-9]*) p1=0;; esac
+    case "${14}${15}" in ''|*[!0-9]*) echo "u - - $lim $p1" >&9;; *) echo "u $((${14} * 10)) $((${15} * 10)) $lim $p1" >&9;; esac
+    wait "$m"
+    exit "$s"); s=$?
+  u=; pk=0; u1=; u2=; u3=; u4=; n=; ran=; set -f
+  for w in $r; do case "$n" in p) pk=$w; n=;; u1) u1=$w; n=u2;; u2) u2=$w; n=u3;; u3) u3=$w; n=u4;; u4) u4=$w; n=;; *) case "$w" in p) n=p;; u) n=u1; ran=1;; *) n=;; esac;; esac; done
+  [ -n "$ran" ] || exit 125
+  case "$p0" in ''|*[!0-9]*) u4=0;; esac
+  case "$u4" in ''|*[!0-9]*) u4=0;; *) [ "$u4" -gt "$p0" ] 2>/dev/null || u4=0;; esac
+  set +f; case "$u1$u2$pk$u3" in *[!0-9]*) ;; *) [ -z "$u3" ] || u="$u1 $u2 $pk $u3 $u4";; esac
+  [ "${#u}" -le USAGE_MAX ] || u=
+  held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
+  [ -n "$held" ] || wait
+  echo "$s $u" > "$d.status"
+  [ -n "$held" ] || marked "$s" "$u"
+  exit "$s"
+) &
+echo $! > "$d.pid"
+wait $!"#;
+
+/// What a gated start ([`StepFiles::gated_start_argv`](super::StepFiles::gated_start_argv)) reads before it
+/// does anything: the one line that releases it.
+pub const GATE_OPEN: &[u8] = b"go\n";
+
+/// The gate of a start opened ahead: nothing happens before the line
+/// `go`, and the exec's stdin is let go of once it came (the step's own
+/// is `/dev/null`).
+pub(super) const GATE: &str = r#"IFS= read -r go || exit 0
+[ "$go" = go ] || exit 0
+exec 0</dev/null"#;
+
+/// What a start and a follow do first: keep the exec's streams as fds 3
+/// and 4, and send the shell's own words (a fork that failed, a tool
+/// that is missing) nowhere. Only the step's output, and the marks, go
+/// to the exec: `marked STATUS` ends both streams with the end mark
+/// ([`end_mark`](super::end_mark), with the exec's `$key`), SIGPIPE ignored from then on
+/// (nothing follows the marks but the exit).
+pub(super) const STREAMS: &str = r#"exec 3>&1 4>&2 >/dev/null 2>&1
+marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s%s\n' "$1" "$key" "${2:+ $2}" >&3; printf '\000knotless-step-end %03d %s%s\n' "$1" "$key" "${2:+ $2}" >&4; }"#;
+
+/// Begins both streams with [`BEGIN_MARK`](super::BEGIN_MARK): only bytes after it are
+/// counted as the step's. An engine that could not start the exec writes
+/// its own error into the stream (Docker's `OCI runtime exec failed`),
+/// and taking that for the step's output would put it in the log and move
+/// the offsets a follow goes on from. A start's supervisor writes it, not
+/// the exec's own process, which an engine kills when its client goes
+/// away: a cut in the mark must not keep the step from starting. SIGPIPE
+/// is ignored only while the marks are written: a stream cut at once
+/// must not kill the supervisor, and the step must not inherit an
+/// ignored SIGPIPE.
+pub(super) const BEGIN: &str = r#"trap '' PIPE; printf '\000knotless-step-begin\n' >&3; printf '\000knotless-step-begin\n' >&4; trap - PIPE"#;
+
+/// Sends the recorded streams on from offsets `o` and `e` until the
+/// status file is there (its writer waited for the recorders); what comes
+/// after it in a script ends the streams with `marked STATUS`. Exits, marked
+/// unless `second` is set, [`FOLLOW_LOST`](super::FOLLOW_LOST) when the supervisor is gone without a status;
+/// [`FOLLOW_GAP_STDOUT`](super::FOLLOW_GAP_STDOUT) or [`FOLLOW_GAP_STDERR`](super::FOLLOW_GAP_STDERR) when the next bytes of
+/// that stream are no longer kept (it has sent everything before them);
+/// [`FOLLOW_AGAIN`](super::FOLLOW_AGAIN) when a piece was removed while it was being sent, so
+/// what was sent of it is for the runner's count to say.
+/// There is no portable way to wait for a file to grow, so it looks again
+/// every 200 ms (a second where `sleep` takes whole seconds only): this
+/// runs only after a stream broke.
+pub(super) const FOLLOW: &str = r#"C=8388608
+end() { [ -n "$second" ] || marked "$1"; exit "$1"; }
+size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
+send() {
+  while :; do
+    k=$((x / C)); f="$d.$1.$k"; n=$(size "$f")
+    if [ "$n" -lt 0 ]; then
+      for g in "$d.$1".[0-9]*; do [ -e "$g" ] && [ "${g##*.}" -gt "$k" ] 2>/dev/null && end "$2"; done
+      return 0
+    fi
+    r=$((x - k * C))
+    if [ "$n" -gt "$r" ]; then
+      tail -c +$((r + 1)) "$f" 2>/dev/null | head -c $((n - r))
+      [ -e "$f" ] || end 6
+      x=$((k * C + n))
+    fi
+    [ "$n" -ge "$C" ] || return 0
+  done
+}
+while :; do
+  if [ -s "$d.status" ]; then last=1; else last=; fi
+  x=$o; send out 4 >&3; o=$x
+  x=$e; send err 5 >&4; e=$x
+  [ -n "$last" ] && break
+  p=$(cat "$d.pid" 2>/dev/null)
+  case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || end 3; continue;; esac
+  kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || end 3
+  sleep 0.2 2>/dev/null || sleep 1
+done"#;
+
+/// The exit status of the follow when the next bytes of stdout are no
+/// longer kept.
+pub const FOLLOW_GAP_STDOUT: i32 = 4;
+/// As [`FOLLOW_GAP_STDOUT`](super::FOLLOW_GAP_STDOUT), for stderr.
+pub const FOLLOW_GAP_STDERR: i32 = 5;
+/// The exit status of the follow when a piece went while it was sent.
+pub const FOLLOW_AGAIN: i32 = 6;
