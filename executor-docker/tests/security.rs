@@ -73,10 +73,12 @@ async fn a_step_that_leaves_no_pid_free_ends_with_its_own_code_and_nothing_left(
     assert_eq!(result.steps[0].exit_code, Some(3), "{text}");
     assert!(text.contains("filling\n"), "{text}");
     assert!(text.contains("to-the-end\n"), "{text}");
-    assert!(
-        text.contains("killing the step's processes, then reading how it ended"),
-        "{text}"
-    );
+    // Whether the runner had to kill the step's processes to read how it
+    // ended depends on how many pids the filler left: one freed pid lets
+    // a follow start but not fork (then it kills, as
+    // detached::tests::a_step_whose_environment_runs_nothing_more_is_killed_and_its_status_read
+    // shows on the host's shells), two let it run. Either way the step's
+    // own code comes back and nothing is left.
     // An engine's answer to an exec it could not start is the runner's
     // to tell, never the step's output.
     let output = text.lines().filter(|l| !l.starts_with("==> "));
