@@ -14,7 +14,7 @@
 //! Not covered: a step that clears its own environment (`env -i`) before
 //! leaving its session; only a cgroup would follow that.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The variable that carries a run's mark.
@@ -135,29 +135,23 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 fn kill_if_marked(pid: i32, needle: &str) -> bool {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if let Ok(fd) = i32::try_from(fd) {
-        if fd >= 0 {
-            // SAFETY: the fd was just returned to us and is owned here alone.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
-            // The pidfd pins the process found now: if the pid was reused
-            // since the scan, this is the newcomer, which has no mark.
-            if !has_mark(pid, needle) {
-                return false;
-            }
-            // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
-            let sent = unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    pidfd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            };
-            return sent == 0;
+    if let Some(pidfd) = crate::process::pidfd_open(pid, 0) {
+        // The pidfd pins the process found now: if the pid was reused
+        // since the scan, this is the newcomer, which has no mark.
+        if !has_mark(pid, needle) {
+            return false;
         }
+        // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+        let sent = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        return sent == 0;
     }
     // No pidfds: the same pid with the same start time is the same process.
     let Some(born) = start_time(pid) else {

@@ -6,7 +6,7 @@
 //! reaps it as before. Linux's `waitid` system call takes the rusage as a
 //! fifth argument that the C library's wrapper does not pass on.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use executor_core::usage::StepUsage;
 use tokio::io::unix::AsyncFd;
@@ -20,11 +20,7 @@ impl Watched {
     /// Watches `pid`, a child not yet reaped; `None` where pidfds are not
     /// to be had (kernels before 5.3): the step then runs unmeasured.
     pub(crate) fn new(pid: i32) -> Option<Self> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::PIDFD_NONBLOCK) };
-        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-        // SAFETY: the fd was just returned to us and is owned here alone.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let pidfd = crate::process::pidfd_open(pid, libc::PIDFD_NONBLOCK)?;
         // SAFETY: an OwnedFd is open and keeps its one fd until the
         // AsyncFd that owns it is dropped.
         let pidfd =

@@ -8,11 +8,7 @@ use crate::args::{DockerArgs, ExecutorKind, K8sArgs, Pull, RunArgs};
 /// one.
 pub fn refuse(args: &RunArgs) -> Result<(), String> {
     let executor = args.executor;
-    let name = match executor {
-        ExecutorKind::Shell => "shell",
-        ExecutorKind::Docker => "docker",
-        ExecutorKind::K8s => "k8s",
-    };
+    let name = executor.name();
     let mut given: Vec<(&str, &str, Option<&str>)> = Vec::new();
     if executor != ExecutorKind::Docker {
         given.extend(docker_flags(&args.docker).into_iter().map(|(flag, k8s)| {
