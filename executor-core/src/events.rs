@@ -122,6 +122,22 @@ pub enum Event {
         /// Bytes of its stderr the log held.
         stderr: u64,
     },
+    /// A step that did not run: an earlier step failed and this one is not
+    /// [`always`](crate::Step::always). Steps left when a run ends early
+    /// (a cancel, a timeout, a lost environment) get no event: the result
+    /// records them as skipped.
+    #[serde(rename_all = "camelCase")]
+    StepSkipped {
+        /// When it was passed over.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The attempt it belongs to.
+        attempt: u32,
+        /// The step's name.
+        step: String,
+        /// Its place in `RunSpec::steps`, from 0.
+        index: usize,
+    },
     /// A piece of a step's output, masked, as it arrived. Pieces may end
     /// anywhere, even inside a UTF-8 sequence; [`JsonLines`] joins them.
     #[serde(rename_all = "camelCase")]
@@ -243,9 +259,9 @@ impl Event {
                 masker.mask_string(name);
                 masker.mask_string(runner);
             }
-            Event::StepStarted { step, .. } | Event::StepResumed { step, .. } => {
-                masker.mask_string(step)
-            }
+            Event::StepStarted { step, .. }
+            | Event::StepResumed { step, .. }
+            | Event::StepSkipped { step, .. } => masker.mask_string(step),
             Event::StepFinished { step, failure, .. } => {
                 masker.mask_string(step);
                 for text in failure.iter_mut().flat_map(Failure::texts) {
@@ -290,6 +306,7 @@ impl Event {
             | Event::CacheRestored { at, .. }
             | Event::StepStarted { at, .. }
             | Event::StepResumed { at, .. }
+            | Event::StepSkipped { at, .. }
             | Event::Output { at, .. }
             | Event::StepFinished { at, .. }
             | Event::AttemptFinished { at, .. }
@@ -315,6 +332,9 @@ impl Event {
                 format!("environment ready ({})", seconds(*start_ms))
             }
             Event::StepStarted { step, .. } => format!("step {step}: started"),
+            Event::StepSkipped { step, .. } => {
+                format!("step {step}: skipped after an earlier step failed")
+            }
             Event::StepResumed {
                 step,
                 stdout,

@@ -8,12 +8,24 @@ use crate::ExecutorError;
 
 /// One step of a run: a shell script run as `sh -ec <script>`.
 ///
+/// By default a step that fails ends the run: the steps after it are
+/// skipped. [`Step::continue_on_error`] and [`Step::always`] change that,
+/// as GitHub Actions' `continue-on-error: true` and `if: always()` do.
+///
 /// ```
+/// use std::time::Duration;
 /// use executor_core::Step;
 /// let step = Step::new("build", "make all").env("CC", "clang");
 /// assert_eq!(step.env, vec![("CC".to_string(), "clang".to_string())]);
+///
+/// let lint = Step::new("lint", "make lint").continue_on_error(true);
+/// let upload = Step::new("upload", "cp report.xml /outputs/")
+///     .always(true)
+///     .timeout(Duration::from_secs(60));
+/// assert!(lint.continue_on_error && upload.always);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Step {
     /// Unique name within the run.
     pub name: String,
@@ -21,15 +33,30 @@ pub struct Step {
     pub script: String,
     /// Variables for this step only, applied after the run's variables.
     pub env: Vec<(String, String)>,
+    /// This step's own limit, in place of [`RunSpec::step_timeout`].
+    pub timeout: Option<Duration>,
+    /// Whether the run goes on when this step fails: its failure (exit
+    /// code, out of memory, its own timeout) is recorded in its result but
+    /// is not the run's. An environment that is lost, a cancel or the run's
+    /// timeout still end the run.
+    pub continue_on_error: bool,
+    /// Whether this step runs after an earlier step failed (an upload or
+    /// teardown step). It does not run after a cancel, the run's timeout
+    /// or a lost environment: there is no time or no place left for it.
+    pub always: bool,
 }
 
 impl Step {
-    /// A step with no variables of its own.
+    /// A step with no variables of its own, the run's step timeout, and
+    /// ending the run when it fails.
     pub fn new(name: impl Into<String>, script: impl Into<String>) -> Self {
         Step {
             name: name.into(),
             script: script.into(),
             env: Vec::new(),
+            timeout: None,
+            continue_on_error: false,
+            always: false,
         }
     }
 
@@ -37,6 +64,29 @@ impl Step {
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((key.into(), value.into()));
         self
+    }
+
+    /// Sets [`Step::timeout`].
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
+    /// Sets [`Step::continue_on_error`].
+    pub fn continue_on_error(mut self, yes: bool) -> Self {
+        self.continue_on_error = yes;
+        self
+    }
+
+    /// Sets [`Step::always`].
+    pub fn always(mut self, yes: bool) -> Self {
+        self.always = yes;
+        self
+    }
+
+    /// The limit of this step in `spec`: its own, or the run's.
+    pub fn limit_in(&self, spec: &RunSpec) -> Duration {
+        self.timeout.unwrap_or(spec.step_timeout)
     }
 }
 
@@ -246,6 +296,15 @@ impl RunSpec {
             }
             if !seen.insert(step.name.as_str()) {
                 return bad(format!("step name {:?} is used twice", step.name));
+            }
+            if let Some(limit) = step.timeout {
+                if limit.is_zero() || limit > MAX_TIMEOUT {
+                    return bad(format!(
+                        "the timeout of step {:?} ({limit:?}) must be greater than zero and at most {} days",
+                        step.name,
+                        MAX_TIMEOUT.as_secs() / 86400
+                    ));
+                }
             }
         }
         for (key, _) in self

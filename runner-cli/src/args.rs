@@ -76,6 +76,7 @@ impl Trigger {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("plan").required(true).args(["steps_file", "workflow"]))]
 pub struct RunArgs {
     /// Backend to run on: shell (the steps run on this host, as this
     /// user), docker or k8s. Required: a forgotten flag must not run the
@@ -98,8 +99,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub steps_dir: Option<PathBuf>,
     /// Steps as TSV: `name<TAB>script` a line; `-` for standard input.
-    #[arg(long)]
-    pub steps_file: PathBuf,
+    #[arg(long, value_name = "FILE")]
+    pub steps_file: Option<PathBuf>,
+    /// The run's steps, variables and caches as YAML, with GitHub Actions'
+    /// step keys (name, run, env, timeout-minutes, continue-on-error,
+    /// `if: always()`); `-` for standard input. Its variables and caches
+    /// come before --env-file, --env and --cache.
+    #[arg(long, value_name = "FILE")]
+    pub workflow: Option<PathBuf>,
     /// Host folder that receives OUTPUTS_DIR.
     #[arg(long, default_value = "outputs")]
     pub outputs: PathBuf,

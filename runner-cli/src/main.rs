@@ -32,9 +32,11 @@ mod args;
 mod backends;
 mod flags;
 mod foreign;
+mod outputs;
 mod resume;
 mod run;
 mod secrets;
+mod workflow;
 
 fn main() {
     let cli = Cli::parse();

@@ -150,5 +150,6 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         &driver,
     )
     .await;
+    crate::outputs::mark(&args.outputs, &result.name);
     report(result, &log, &args.result, &args.log.display().to_string()).await
 }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::workflow::Workflow;
 use anyhow::{bail, Context};
 use executor_core::events::JsonLines;
 use executor_core::{
@@ -141,6 +142,7 @@ pub async fn run(args: RunArgs) -> i32 {
     if args.dry_run {
         return 0;
     }
+    crate::outputs::mark(&args.outputs, &args.name);
     report(result, &log, &args.result, &args.log).await
 }
 
@@ -240,14 +242,12 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     if let Some(steps) = &args.steps_dir {
         check_dir(steps, "--steps-dir")?;
     }
-    let steps = steps_of(&args.steps_file).context("--steps-file")?;
-    if steps.is_empty() {
-        bail!("--steps-file {}: no steps in it", args.steps_file.display());
-    }
+    let plan = plan_of(args)?;
     let mut spec = RunSpec::new(&args.name, &args.runner, &args.workdir, &args.outputs);
     spec.image = args.image.clone();
     spec.steps_dir = args.steps_dir.clone();
-    spec.steps = steps;
+    spec.steps = plan.steps;
+    spec.env = plan.env;
     for file in &args.env_files {
         spec.env.extend(crate::secrets::read_env_file(file)?);
     }
@@ -257,7 +257,8 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
         .extend(crate::secrets::from_files(&args.secret_files)?);
     // Before anything of the run is printed, errors about it included.
     crate::secrets::mask_from_now_on(&spec.masker());
-    spec.caches = args.caches.clone();
+    spec.caches = plan.caches;
+    spec.caches.extend(args.caches.iter().cloned());
     if args.trigger.is_untrusted() {
         spec.trust = executor_core::Trust::Untrusted;
     }
@@ -279,6 +280,12 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
         );
     }
     spec.validate()?;
+    if !args.dry_run && crate::outputs::replace_earlier(&args.outputs)? {
+        say!(
+            "runner-cli: --outputs {} held an earlier run's outputs: replaced",
+            args.outputs.display()
+        );
+    }
     spec.check_folders()?;
     Ok(spec)
 }
@@ -309,8 +316,13 @@ fn input_failure(err: &anyhow::Error) -> Failure {
 /// The result of a run that never started: bad input, no engine to start
 /// it on, or a signal while connecting.
 fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: Failure) {
-    let steps = steps_of(&args.steps_file)
-        .map(|steps| steps.iter().map(|s| StepResult::skipped(&s.name)).collect())
+    let steps = plan_of(args)
+        .map(|plan| {
+            plan.steps
+                .iter()
+                .map(|s| StepResult::skipped(&s.name))
+                .collect()
+        })
         .unwrap_or_default();
     let mut result = RunResult {
         name: args.name.clone(),
@@ -335,22 +347,38 @@ fn write_unstarted_result(args: &RunArgs, started_at: OffsetDateTime, failure: F
     }
 }
 
-/// The steps of `--steps-file`: the file, or standard input for `-`,
-/// read once however often it is asked for.
-fn steps_of(path: &Path) -> Result<Vec<executor_core::Step>, executor_core::StepsFileError> {
-    if path != Path::new("-") {
-        return read_steps_file(path);
+/// The steps (and, from a workflow file, the variables and caches) of
+/// `--workflow` or `--steps-file`.
+fn plan_of(args: &RunArgs) -> anyhow::Result<Workflow> {
+    if let Some(path) = &args.workflow {
+        return crate::workflow::read(path, stdin_text).context("--workflow");
     }
+    let Some(path) = &args.steps_file else {
+        bail!("give the steps with --workflow FILE or --steps-file FILE");
+    };
+    let steps = if path == Path::new("-") {
+        executor_core::parse_steps(Path::new("standard input"), &stdin_text()?)
+    } else {
+        read_steps_file(path)
+    }
+    .context("--steps-file")?;
+    if steps.is_empty() {
+        bail!("--steps-file {}: no steps in it", path.display());
+    }
+    Ok(Workflow {
+        steps,
+        ..Workflow::default()
+    })
+}
+
+/// Standard input, read once however often it is asked for: the plan is
+/// read again for the result of a run that could not start.
+fn stdin_text() -> anyhow::Result<String> {
     static STDIN: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    let text = STDIN
-        .get_or_init(|| std::io::read_to_string(std::io::stdin()).map_err(|err| err.to_string()));
-    match text {
-        Ok(text) => executor_core::parse_steps(Path::new("standard input"), text),
-        Err(err) => Err(executor_core::StepsFileError::Read {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(err.clone()),
-        }),
-    }
+    STDIN
+        .get_or_init(|| std::io::read_to_string(std::io::stdin()).map_err(|err| err.to_string()))
+        .clone()
+        .map_err(|err| anyhow::anyhow!("cannot read standard input: {err}"))
 }
 
 /// Writes the result to `path`, or to standard output for `-`.

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caches::{restore_caches, save_caches};
 use super::millis;
-use super::supervise::{Supervised, Watch};
+use super::supervise::{Supervised, Watch, Why};
 use crate::cache::CacheResult;
 use crate::detached::Offsets;
 use crate::events::Event;
@@ -181,8 +181,12 @@ pub(super) struct Resumed {
     pub(super) announced: bool,
 }
 
-/// Runs `spec`'s steps from `steps.from` on, in order, until one does not
-/// succeed; the rest are recorded as skipped.
+/// Runs `spec`'s steps from `steps.from` on, in order. After a step fails
+/// (and did not [continue on error](crate::Step::continue_on_error)) only
+/// the [`always`](crate::Step::always) steps run; after a failure that
+/// leaves no environment or no time (an error of the backend, a cancel,
+/// the run's timeout) none do. Every step that did not run is recorded as
+/// skipped.
 pub(super) async fn run_steps(
     executor: &dyn Executor,
     handle: &RunHandle,
@@ -193,6 +197,8 @@ pub(super) async fn run_steps(
     record: &mut AttemptRecord,
 ) {
     let mut resumed = steps.resumed;
+    // A resumed run's earlier failure is in its record already.
+    let mut failed = record.failure.is_some();
     for (index, step) in spec.steps.iter().enumerate().skip(steps.from) {
         if let Some(why) = watch.already() {
             // Never start a step the run has no time or wish for.
@@ -201,22 +207,58 @@ pub(super) async fn run_steps(
             record.note(Failure::new(why.kind(), msg));
             break;
         }
+        if failed && !step.always {
+            log.emit(Event::StepSkipped {
+                at: OffsetDateTime::now_utc(),
+                attempt: steps.attempt,
+                step: step.name.clone(),
+                index,
+            });
+            record.steps.push(StepResult::skipped(&step.name));
+            // What a resumed run knows of a step is only the one at `from`'s.
+            resumed = None;
+            continue;
+        }
         let place = Place {
             attempt: steps.attempt,
             index,
             resumed: resumed.take(),
+            after_failure: failed,
         };
-        let (step_result, failure) =
-            run_step(executor, handle, spec, step, place, log, watch).await;
+        let (step_result, ending) = run_step(executor, handle, spec, step, place, log, watch).await;
         record.steps.push(step_result);
-        if let Some(failure) = failure {
-            record.note(failure);
-            break;
+        match ending {
+            StepEnding::Succeeded => {}
+            StepEnding::Failed(failure) if step.continue_on_error => {
+                log.line(&format!(
+                    "step {}: {}; it continues on error, so the run goes on",
+                    step.name, failure.message
+                ));
+            }
+            StepEnding::Failed(failure) => {
+                record.note(failure);
+                failed = true;
+            }
+            StepEnding::Ended(failure) => {
+                record.note(failure);
+                break;
+            }
         }
     }
     let ran = record.steps.len();
     let taken = std::mem::replace(record, AttemptRecord::new(spec));
     *record = taken.with_steps_skipped(spec, ran);
+}
+
+/// How a step ended, for the steps after it.
+enum StepEnding {
+    Succeeded,
+    /// The step's own failure (its exit code, out of memory, its own
+    /// timeout): the environment is as the step left it, and the steps
+    /// that run after a failure can still run.
+    Failed(Failure),
+    /// A failure that leaves no environment or no time for another step.
+    Ended(Failure),
 }
 
 /// After the steps: the caches saved (only after a run whose steps all
@@ -325,6 +367,8 @@ struct Place {
     attempt: u32,
     index: usize,
     resumed: Option<Resumed>,
+    /// Whether an earlier step failed: only steps that always run are next.
+    after_failure: bool,
 }
 
 /// How many steps after the running one a backend is told of
@@ -357,7 +401,7 @@ fn command_of(
     }
 }
 
-/// Runs one step; the failure is `Some` when the run must end here.
+/// Runs one step.
 async fn run_step(
     executor: &dyn Executor,
     handle: &RunHandle,
@@ -366,7 +410,7 @@ async fn run_step(
     place: Place,
     log: &RunLog,
     watch: &Watch<'_>,
-) -> (StepResult, Option<Failure>) {
+) -> (StepResult, StepEnding) {
     let mut command = command_of(handle, spec, step, place.attempt, place.index, log);
     command.follow_from = place.resumed.map(|r| r.from);
     command.upcoming = spec
@@ -374,6 +418,7 @@ async fn run_step(
         .iter()
         .enumerate()
         .skip(place.index.saturating_add(1))
+        .filter(|(_, next)| next.always || !place.after_failure)
         .take(UPCOMING)
         .map(|(index, next)| command_of(handle, spec, next, place.attempt, index, log))
         .collect();
@@ -409,7 +454,8 @@ async fn run_step(
     let already = place.resumed.map_or(std::time::Duration::ZERO, |r| {
         std::time::Duration::try_from(OffsetDateTime::now_utc() - r.started_at).unwrap_or_default()
     });
-    let step_deadline = Some(clock + spec.step_timeout.saturating_sub(already));
+    let limit = step.limit_in(spec);
+    let step_deadline = Some(clock + limit.saturating_sub(already));
     let outcome = watch
         .supervise(
             executor.command(handle, &command, log, token.clone()),
@@ -421,6 +467,8 @@ async fn run_step(
     let name = &step.name;
     // The step's `error` is what the backend said; the failure's message
     // is the run's sentence about it.
+    // Whether the steps after this one can still run if it failed.
+    let mut recoverable = true;
     let (status, exit_code, error, failure) = match outcome {
         Supervised::Done(Ok(CommandOutcome::Exited { code: 0, .. })) => {
             (StepStatus::Success, Some(0), None, None)
@@ -443,11 +491,13 @@ async fn run_step(
         }
         Supervised::Done(Ok(CommandOutcome::Interrupted)) => {
             // The backend reported an interrupt nobody asked for.
+            recoverable = false;
             let msg = format!("step {name} was interrupted by the environment");
             let failure = Failure::new(FailureKind::EnvironmentLost, msg.clone());
             (StepStatus::Error, None, Some(msg), Some(failure))
         }
         Supervised::Done(Err(err)) => {
+            recoverable = false;
             let failure = err.failure(format!("step {name}: {err}"));
             (
                 StepStatus::Error,
@@ -457,7 +507,10 @@ async fn run_step(
             )
         }
         Supervised::Interrupted(why, finished) => {
-            let mut msg = format!("step {name}: {}", why.describe_for(spec));
+            let mut msg = format!("step {name}: {}", why.describe_for(spec, limit));
+            // Only a step that ran out of its own time and stopped leaves
+            // the environment to the next step.
+            recoverable = why == Why::StepTimeout && finished.is_some();
             if finished.is_none() {
                 msg.push_str(&format!("; the step did not stop within {:?}", watch.grace));
             }
@@ -504,7 +557,12 @@ async fn run_step(
         output_dropped_bytes,
         usage,
     };
-    (result, failure)
+    let ending = match failure {
+        None => StepEnding::Succeeded,
+        Some(failure) if recoverable => StepEnding::Failed(failure),
+        Some(failure) => StepEnding::Ended(failure),
+    };
+    (result, ending)
 }
 
 async fn stop_once(

@@ -87,10 +87,16 @@ async fn carry_on(
     };
     let handle = &live.handle;
     record.steps = mark.finished.clone();
+    // The failure that ends the run, if a finished step had one: not a
+    // step that continues on error, nor one that was skipped.
     let failed = mark
         .finished
         .iter()
-        .find(|s| s.status != StepStatus::Success);
+        .zip(&spec.steps)
+        .find(|(result, step)| {
+            !matches!(result.status, StepStatus::Success | StepStatus::Skipped)
+                && !step.continue_on_error
+        });
     let from = mark
         .running
         .as_ref()
@@ -113,26 +119,32 @@ async fn carry_on(
         mark.finished.len(),
         spec.steps.len()
     ));
-    match failed {
-        Some(step) => {
-            let failure = step.failure.clone().unwrap_or_else(|| {
-                Failure::new(
-                    crate::FailureKind::Step,
-                    format!("step {} failed", step.name),
-                )
-            });
-            record.note(failure);
-            let ran = record.steps.len();
-            record = record.with_steps_skipped(spec, ran);
-        }
-        None => {
-            let steps = Steps {
-                attempt: mark.attempt.max(1),
-                from,
-                resumed: Some(resumed),
-            };
-            run_steps(executor, handle, spec, log, &watch, steps, &mut record).await;
-        }
+    let mut goes_on = true;
+    if let Some((step, _)) = failed {
+        let failure = step.failure.clone().unwrap_or_else(|| {
+            Failure::new(
+                crate::FailureKind::Step,
+                format!("step {} failed", step.name),
+            )
+        });
+        // A step's own failure leaves the steps that always run; a lost
+        // environment or a cancel leaves none.
+        goes_on = matches!(
+            failure.kind,
+            crate::FailureKind::Step | crate::FailureKind::Oom | crate::FailureKind::Timeout
+        );
+        record.note(failure);
+    }
+    if goes_on {
+        let steps = Steps {
+            attempt: mark.attempt.max(1),
+            from,
+            resumed: Some(resumed),
+        };
+        run_steps(executor, handle, spec, log, &watch, steps, &mut record).await;
+    } else {
+        let ran = record.steps.len();
+        record = record.with_steps_skipped(spec, ran);
     }
     record.caches = restored_caches(spec, &handle.work_dir, mark);
     wind_up(executor, handle, spec, log, options, &watch, &mut record).await;

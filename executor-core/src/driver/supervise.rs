@@ -23,9 +23,10 @@ impl Why {
             Why::Cancelled => "cancelled",
         }
     }
-    pub(super) fn describe_for(self, spec: &RunSpec) -> String {
+    /// What ended a step whose own limit was `step_limit`.
+    pub(super) fn describe_for(self, spec: &RunSpec, step_limit: Duration) -> String {
         match self {
-            Why::StepTimeout => format!("timed out after {:?} (step timeout)", spec.step_timeout),
+            Why::StepTimeout => format!("timed out after {step_limit:?} (step timeout)"),
             Why::RunTimeout => format!("timed out after {:?} (run timeout)", spec.run_timeout),
             Why::Cancelled => "cancelled".into(),
         }

@@ -158,6 +158,7 @@ impl Mark {
                     usage: *usage,
                 });
             }
+            Event::StepSkipped { step, .. } => self.finished.push(StepResult::skipped(step)),
             Event::AttemptFinished { record, .. } => self.earlier.push((**record).clone()),
             Event::RunFinished { .. } => {
                 self.run_finished = true;

@@ -88,6 +88,16 @@ pub struct PlannedStep {
     pub script: String,
     /// `Step::env`.
     pub env: Vec<(String, String)>,
+    /// `Step::timeout`, in milliseconds. Absent in plans of steps without
+    /// one, so their bytes (and digests) are those of earlier runners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// `Step::continue_on_error`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_on_error: bool,
+    /// `Step::always`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub always: bool,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -115,6 +125,9 @@ impl RunPlan {
                     name: s.name.clone(),
                     script: s.script.clone(),
                     env: s.env.clone(),
+                    timeout_ms: s.timeout.map(millis),
+                    continue_on_error: s.continue_on_error,
+                    always: s.always,
                 })
                 .collect(),
             caches: spec.caches.clone(),
@@ -207,10 +220,13 @@ impl RunPlan {
         spec.steps = self
             .steps
             .into_iter()
-            .map(|s| Step {
-                name: s.name,
-                script: s.script,
-                env: s.env,
+            .map(|s| {
+                let mut step = Step::new(s.name, s.script)
+                    .continue_on_error(s.continue_on_error)
+                    .always(s.always);
+                step.env = s.env;
+                step.timeout = s.timeout_ms.map(Duration::from_millis);
+                step
             })
             .collect();
         spec.caches = self.caches;

@@ -2,6 +2,7 @@
 //! trait: stop runs exactly once whenever start succeeded, and the result
 //! says what happened.
 
+mod flow;
 mod lifecycle;
 mod resume;
 mod retries;
@@ -27,6 +28,8 @@ use tokio_util::sync::CancellationToken;
 struct Fake {
     mock: MockExecutor,
     hang_in_command: bool,
+    /// Only the first command runs until interrupted.
+    hang_in_first_command: bool,
     /// Commands from this many on run until interrupted.
     hang_after_commands: Option<usize>,
     commands: std::sync::atomic::AtomicUsize,
@@ -64,7 +67,10 @@ impl Executor for Fake {
         let before = self
             .commands
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if self.hang_in_command || self.hang_after_commands.is_some_and(|n| before >= n) {
+        if self.hang_in_command
+            || (self.hang_in_first_command && before == 0)
+            || self.hang_after_commands.is_some_and(|n| before >= n)
+        {
             self.entered.notify_one();
             interrupt.cancelled().await;
         }
@@ -104,6 +110,7 @@ impl Fake {
         Fake {
             mock,
             hang_in_command: false,
+            hang_in_first_command: false,
             hang_after_commands: None,
             commands: std::sync::atomic::AtomicUsize::new(0),
             hang_in_outputs: false,

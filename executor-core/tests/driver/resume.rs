@@ -138,8 +138,9 @@ async fn a_run_killed_after_a_failed_step_resumes_to_failed() {
     drop(log);
 
     let (log, mark) = RunLog::resume(&path).unwrap();
-    assert_eq!(mark.finished.len(), 1, "{mark:?}");
+    assert_eq!(mark.finished.len(), 2, "{mark:?}");
     assert_eq!(mark.finished[0].status, StepStatus::Failed);
+    assert_eq!(mark.finished[1].status, StepStatus::Skipped);
     // The carrying-on runner runs no step: it brings the outputs back
     // and stops the environment.
     let mut mock = MockExecutor::new();
@@ -196,4 +197,87 @@ async fn a_plan_that_never_comes_back_refuses_the_resume_at_its_deadline() {
         .unwrap_err();
     assert!(err.to_string().contains("did not come back"), "{err}");
     assert_eq!(began.elapsed(), executor_core::resume::PLAN_READ_TIMEOUT);
+}
+
+#[tokio::test]
+async fn a_run_killed_in_an_always_step_after_a_failure_carries_that_step_on() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.log");
+    let mut spec = spec(out.path(), &["broken", "test", "upload"]);
+    spec.steps[2] = spec.steps[2].clone().always(true);
+
+    // The first runner process: `broken` exits 3, `test` is skipped, and
+    // the process is killed while `upload` runs.
+    let mut mock = MockExecutor::new();
+    mock.expect_start()
+        .times(1)
+        .returning(|_, _, _| Ok(handle()));
+    mock.expect_command()
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(3)));
+    let fake = Fake {
+        hang_after_commands: Some(1),
+        ..Fake::new(mock)
+    };
+    let entered = fake.entered.clone();
+    let log = RunLog::create_resumable(&path).unwrap();
+    let killed = tokio::spawn({
+        let (spec, log) = (spec.clone(), log.clone());
+        async move {
+            run_with(
+                &fake,
+                &spec,
+                &log,
+                CancellationToken::new(),
+                &DriverOptions::default(),
+            )
+            .await;
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the always step never started");
+    assert!(log.flush(Duration::from_secs(10)).await);
+    killed.abort();
+    assert!(killed.await.unwrap_err().is_cancelled());
+    drop(log);
+
+    let (log, mark) = RunLog::resume(&path).unwrap();
+    assert_eq!(mark.finished.len(), 2, "{mark:?}");
+    assert_eq!(mark.running.as_ref().map(|r| r.index), Some(2), "{mark:?}");
+    let mut mock = MockExecutor::new();
+    mock.expect_command()
+        .withf(|_, step, _, _| step.name == "upload" && step.follow_from.is_some())
+        .times(1)
+        .returning(|_, _, _, _| Ok(CommandOutcome::exited(0)));
+    mock.expect_copy_out()
+        .withf(|_, path, _, _| path == OUTPUTS)
+        .times(1)
+        .returning(|_, _, _, _| Ok(UnpackSummary::default()));
+    mock.expect_stop().times(1).returning(|_| Ok(()));
+    let live = Reattached {
+        handle: handle(),
+        plan: RunPlan::of(&spec),
+    };
+    let result = resume_with(
+        &Fake::new(mock),
+        &live,
+        &spec,
+        &mark,
+        &log,
+        CancellationToken::new(),
+        &DriverOptions::default(),
+    )
+    .await;
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Failed, "{}", result.to_json());
+    assert_eq!(
+        statuses(&result),
+        [StepStatus::Failed, StepStatus::Skipped, StepStatus::Success]
+    );
+    assert_eq!(
+        result.failure.as_ref().and_then(|f| f.step.as_deref()),
+        Some("broken")
+    );
 }

@@ -47,6 +47,7 @@ pub use cases::caches::*;
 pub use cases::durable::*;
 pub use cases::failures::*;
 pub use cases::files::*;
+pub use cases::flow::*;
 pub use cases::lifecycle::*;
 pub use cases::logs::*;
 pub use cases::resume::*;
@@ -170,7 +171,8 @@ macro_rules! conformance_tests {
             crashed_save_leaves_the_old_copy, hostile_outputs_are_skipped_one_by_one,
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
-            retry_never_follows_a_step_failure, each_step_reports_what_it_cost);
+            retry_never_follows_a_step_failure, each_step_reports_what_it_cost,
+            always_steps_run_after_a_failure_in_the_same_environment);
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
             a_step_cut_twice_keeps_every_byte_and_its_code);
         $crate::conformance_tests!(@needing $make; $attrs; [$($another)?];

@@ -2,6 +2,7 @@ pub mod caches;
 pub mod durable;
 pub mod failures;
 pub mod files;
+pub mod flow;
 pub mod lifecycle;
 pub mod logs;
 pub mod resume;
