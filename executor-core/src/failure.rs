@@ -30,6 +30,9 @@ pub enum FailureKind {
     Oom,
     /// The image is missing, refused, invalid, or its pull failed.
     Image,
+    /// A service container (a database beside the steps) could not be
+    /// had, exited, or was not ready within its timeout.
+    Service,
     /// The environment could not be placed (no node fits, none came).
     Unschedulable,
     /// The environment was evicted or preempted, or its node was lost.
@@ -90,6 +93,7 @@ impl FailureKind {
             FailureKind::Cancelled => "cancelled",
             FailureKind::Oom => "oom",
             FailureKind::Image => "image",
+            FailureKind::Service => "service",
             FailureKind::Unschedulable => "unschedulable",
             FailureKind::Evicted => "evicted",
             FailureKind::EnvironmentLost => "environmentLost",

@@ -37,6 +37,7 @@ pub mod outage;
 mod result;
 pub mod resume;
 pub mod script;
+pub mod service;
 mod steps_file;
 pub mod tar;
 pub mod text;
@@ -59,4 +60,5 @@ pub use result::{
     manifest, media_type, Attempt, OutputFile, Phases, RunResult, RunStatus, StepResult,
     StepStatus, RESULT_SCHEMA,
 };
+pub use service::{Readiness, Service};
 pub use steps_file::{parse_steps, read_steps_file, StepsFileError};

@@ -135,6 +135,12 @@ pub struct RunSpec {
     /// Whether the steps are trusted code; an untrusted run's cache saves
     /// go to a namespace trusted runs never read (see [`crate::Trust`]).
     pub trust: crate::Trust,
+    /// Service containers beside the steps, each ready before the first
+    /// step (see [`crate::service`]); backends without them refuse a run
+    /// that has any.
+    pub services: Vec<crate::Service>,
+    /// Limit of each service's start and readiness.
+    pub service_timeout: Duration,
 }
 
 /// Default run timeout: one hour, as GitLab Runner's default job timeout.
@@ -168,6 +174,8 @@ impl RunSpec {
             secrets: Vec::new(),
             run_timeout: DEFAULT_RUN_TIMEOUT,
             step_timeout: DEFAULT_STEP_TIMEOUT,
+            services: Vec::new(),
+            service_timeout: crate::service::DEFAULT_SERVICE_TIMEOUT,
             outputs_timeout: DEFAULT_OUTPUTS_TIMEOUT,
             caches: Vec::new(),
             trust: crate::Trust::Trusted,
@@ -189,6 +197,12 @@ impl RunSpec {
     /// Appends a step.
     pub fn step(mut self, step: Step) -> Self {
         self.steps.push(step);
+        self
+    }
+
+    /// Adds a service container ([`crate::service`]).
+    pub fn service(mut self, service: crate::Service) -> Self {
+        self.services.push(service);
         self
     }
 
@@ -278,6 +292,22 @@ impl RunSpec {
                 self.run_timeout,
                 self.step_timeout,
                 self.outputs_timeout
+            ));
+        }
+        let mut services = std::collections::HashSet::new();
+        for service in &self.services {
+            service.check().map_err(ExecutorError::InvalidInput)?;
+            if !services.insert(service.name.as_str()) {
+                return bad(format!("service name {:?} is used twice", service.name));
+            }
+        }
+        if !self.services.is_empty()
+            && (self.service_timeout.is_zero() || self.service_timeout > MAX_TIMEOUT)
+        {
+            return bad(format!(
+                "service_timeout {:?} must be greater than zero and at most {} days",
+                self.service_timeout,
+                MAX_TIMEOUT.as_secs() / 86400
             ));
         }
         let mut seen = std::collections::HashSet::new();

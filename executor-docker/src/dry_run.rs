@@ -56,6 +56,10 @@ impl Engine for DryRunEngine {
         for (_, value) in &mut shown.secret_env {
             *value = executor_core::Secret::new(executor_core::mask::MASK);
         }
+        // A service's variables are named, never shown, as a step's are.
+        for (_, value) in &mut shown.env {
+            *value = "…".into();
+        }
         let json = serde_json::to_string_pretty(&crate::bollard_engine::create_body(&shown))
             .unwrap_or_default();
         self.say(json);
@@ -168,13 +172,18 @@ impl Engine for DryRunEngine {
         self.say(format!("DELETE /volumes/{name}"));
         Ok(true)
     }
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, ExecutorError> {
+        self.say(format!("GET /containers/{id}/logs?tail={lines}"));
+        Ok(String::new())
+    }
     async fn create_network(
         &self,
         name: &str,
         _labels: &std::collections::HashMap<String, String>,
+        internal: bool,
     ) -> Result<(), ExecutorError> {
         self.say(format!(
-            "POST /networks/create {{\"Name\":\"{name}\",\"Driver\":\"bridge\"}}"
+            "POST /networks/create {{\"Name\":\"{name}\",\"Driver\":\"bridge\",\"Internal\":{internal}}}"
         ));
         Ok(())
     }

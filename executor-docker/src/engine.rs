@@ -20,8 +20,15 @@ pub struct ContainerSpec {
     pub name: String,
     /// Image reference.
     pub image: String,
-    /// The keep-alive command: it only waits.
+    /// The command: the keep-alive, which only waits, for a run's
+    /// container; empty for the image's own.
     pub cmd: Vec<String>,
+    /// In place of the image's entrypoint, if set.
+    pub entrypoint: Option<Vec<String>>,
+    /// Plain variables of the container (a service's).
+    pub env: Vec<(String, String)>,
+    /// Names the container is reached by on its network (a service's).
+    pub network_aliases: Vec<String>,
     /// Labels, including the runner, run and expiry labels.
     pub labels: HashMap<String, String>,
     /// `--user`, if any.
@@ -168,13 +175,18 @@ pub trait Engine: Send + Sync {
     /// it; a missing volume is fine.
     async fn remove_volume(&self, name: &str) -> Result<bool, ExecutorError>;
     /// `POST /networks/create`: a bridge network of the run's own, with
-    /// these labels; one that already exists by this name is fine (a
-    /// retried call whose first answer was lost).
+    /// these labels, `internal` (no route beyond its containers) or not;
+    /// one that already exists by this name is fine (a retried call whose
+    /// first answer was lost).
     async fn create_network(
         &self,
         name: &str,
         labels: &HashMap<String, String>,
+        internal: bool,
     ) -> Result<(), ExecutorError>;
+    /// `GET /containers/{id}/logs?tail=N`: the last `lines` lines of the
+    /// container's stdout and stderr, merged.
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, ExecutorError>;
     /// `GET /networks?filters=...`: networks with this label, by name and labels.
     async fn list_networks(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError>;
     /// `DELETE /networks/{name}`: `Ok(false)` when a container is still

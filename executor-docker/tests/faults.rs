@@ -351,6 +351,9 @@ async fn expired_containers_are_removed_by_the_default_cleanup() {
         name: format!("knotless-expired-{}", std::process::id()),
         image: common::image(),
         cmd: vec!["sleep".into(), "600".into()],
+        entrypoint: None,
+        env: vec![],
+        network_aliases: vec![],
         labels: labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))

@@ -76,6 +76,12 @@ impl Executor for ShellExecutor {
     /// itself a throwaway VM may not).
     fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
         run.validate()?;
+        if let Some(service) = run.services.first() {
+            return Err(ExecutorError::InvalidInput(format!(
+                "service {}: the shell executor runs steps on this host and has no service                  containers (RunSpec::services); the docker and k8s executors have them",
+                service.name
+            )));
+        }
         if let Some(c) = run.caches.iter().find(|c| c.path.starts_with('/')) {
             return Err(ExecutorError::InvalidInput(format!(
                 "cache {}={}: the shell executor runs on this host, so RunSpec::caches paths must be relative to WORK_DIR",

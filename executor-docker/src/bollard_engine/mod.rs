@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions};
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, MountVolumeOptions,
+    NetworkingConfig,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions,
     InspectContainerOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
@@ -610,11 +613,32 @@ impl Engine for BollardEngine {
         &self,
         name: &str,
         labels: &HashMap<String, String>,
+        internal: bool,
     ) -> Result<(), ExecutorError> {
         ride_out("creating a network", self.reconnect_timeout, || {
-            self.create_network_once(name, labels)
+            self.create_network_once(name, labels, internal)
         })
         .await
+    }
+
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, ExecutorError> {
+        let options = bollard::query_parameters::LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: lines.to_string(),
+            ..Default::default()
+        };
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut text = Vec::new();
+        while let Some(piece) = stream.next().await {
+            let piece = piece.map_err(fail(format!("reading the output of container {id}")))?;
+            // A service's output is never the runner's to hold whole: the
+            // tail was asked for, and a line past 64 KiB is cut.
+            let bytes = piece.into_bytes();
+            let room = (1usize << 16).saturating_sub(text.len());
+            text.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+        Ok(String::from_utf8_lossy(&text).into_owned())
     }
 
     async fn list_networks(&self, label: &str, value: &str) -> Result<Vec<Listed>, ExecutorError> {
@@ -636,16 +660,34 @@ impl Engine for BollardEngine {
 pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     ContainerCreateBody {
         image: Some(spec.image.clone()),
-        cmd: Some(spec.cmd.clone()),
+        cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
+        entrypoint: spec.entrypoint.clone(),
         labels: Some(spec.labels.clone()),
         user: spec.user.clone(),
         working_dir: Some(spec.working_dir.clone()),
-        env: (!spec.secret_env.is_empty()).then(|| {
-            spec.secret_env
+        env: (!spec.secret_env.is_empty() || !spec.env.is_empty()).then(|| {
+            spec.env
                 .iter()
-                .map(|(k, v)| format!("{k}={}", v.expose()))
+                .map(|(k, v)| format!("{k}={v}"))
+                .chain(
+                    spec.secret_env
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.expose())),
+                )
                 .collect()
         }),
+        networking_config: match (&spec.network_mode, spec.network_aliases.is_empty()) {
+            (Some(network), false) => Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network.clone(),
+                    EndpointSettings {
+                        aliases: Some(spec.network_aliases.clone()),
+                        ..Default::default()
+                    },
+                )])),
+            }),
+            _ => None,
+        },
         host_config: Some(HostConfig {
             memory: spec.memory,
             // No swap beyond the memory limit, so the limit is the limit.

@@ -14,10 +14,12 @@ impl BollardEngine {
         &self,
         name: &str,
         labels: &HashMap<String, String>,
+        internal: bool,
     ) -> Result<(), ExecutorError> {
         let request = NetworkCreateRequest {
             name: name.to_string(),
             driver: Some("bridge".into()),
+            internal: internal.then_some(true),
             labels: Some(labels.clone()),
             ..Default::default()
         };

@@ -28,6 +28,9 @@ pub(super) struct RunBounds {
     pub(super) network: Option<String>,
     /// The user its steps run as; `None`: the image's.
     pub(super) user: Option<String>,
+    /// The run container's name its services are labelled with, when it
+    /// has services.
+    pub(super) services_of: Option<String>,
 }
 
 impl RunBounds {
@@ -35,6 +38,7 @@ impl RunBounds {
         RunBounds {
             network: labels.get(NETWORK_LABEL).cloned(),
             user: labels.get(USER_LABEL).cloned(),
+            services_of: labels.get(super::services::SERVICES_LABEL).cloned(),
         }
     }
 }
@@ -56,12 +60,23 @@ pub const UNTRUSTED_CAP_DROP: [&str; 6] = [
 impl DockerExecutor {
     /// The network a run's container joins, and whether it is the run's
     /// own: an untrusted run without a chosen network gets one named as
-    /// its container; every other run the chosen network or the
+    /// its container, and so does a run with services; every other run the chosen network or the
     /// engine's default.
     pub(super) fn network_for(&self, run: &RunSpec, container: &str) -> (Option<String>, bool) {
         match (&self.options.network, run.trust) {
+            // No network, but services: a network of the run's own with
+            // no route out, so the steps reach their services and nothing
+            // else.
+            (Some(none), _) if none == "none" && !run.services.is_empty() => {
+                (Some(container.to_string()), true)
+            }
             (Some(chosen), _) => (Some(chosen.clone()), false),
             (None, Trust::Untrusted) => (Some(container.to_string()), true),
+            // Services are reached by name, which only a network of the
+            // engine's own making (not the default bridge) resolves.
+            (None, Trust::Trusted) if !run.services.is_empty() => {
+                (Some(container.to_string()), true)
+            }
             (None, Trust::Trusted) => (None, false),
         }
     }

@@ -27,10 +27,16 @@ impl DockerExecutor {
         if let Some(user) = &self.options.user {
             labels.insert(bounds::USER_LABEL.into(), user.clone());
         }
+        if !run.services.is_empty() {
+            labels.insert(super::services::SERVICES_LABEL.into(), name.clone());
+        }
         ContainerSpec {
             name,
             image: image.to_string(),
             cmd: KEEP_ALIVE.map(String::from).to_vec(),
+            entrypoint: None,
+            env: Vec::new(),
+            network_aliases: Vec::new(),
             labels,
             // The keep-alive runs as the image's user; only steps run as
             // --user, so the runner's own root execs keep their capabilities.

@@ -29,6 +29,7 @@ mod bounds;
 mod container;
 mod execs;
 mod outputs;
+mod services;
 use crate::{DockerOptions, PullPolicy};
 pub use bounds::UNTRUSTED_CAP_DROP;
 
@@ -53,6 +54,10 @@ pub struct DockerExecutor {
     pub(crate) dry: bool,
     /// Per container, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
+    /// Per run container, its service containers, and the log their
+    /// output goes to when the run stops.
+    services: Mutex<HashMap<String, Vec<services::Running>>>,
+    service_logs: Mutex<HashMap<String, RunLog>>,
 }
 
 impl DockerExecutor {
@@ -69,6 +74,8 @@ impl DockerExecutor {
             ahead: Default::default(),
             dry: false,
             gzip_in: Mutex::new(HashMap::new()),
+            services: Mutex::new(HashMap::new()),
+            service_logs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -130,6 +137,14 @@ impl DockerExecutor {
     /// Removes what a start that failed had made.
     async fn remove_half_started(&self, id: Option<&str>, network: Option<&str>) {
         if let Some(id) = id {
+            let made = self
+                .services
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id);
+            self.remove_services(&made.unwrap_or_default()).await;
+        }
+        if let Some(id) = id {
             if let Err(remove_err) = self.engine.remove(id).await {
                 tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
             }
@@ -187,6 +202,12 @@ impl DockerExecutor {
         self.bounds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn has_services(&self, id: &str) -> bool {
+        self.bounds()
+            .get(id)
+            .is_some_and(|b| b.services_of.is_some())
+    }
+
     /// The user run `id`'s steps run as: the run's own, as it was started.
     fn user_of(&self, id: &str) -> Option<String> {
         match self.bounds().get(id) {
@@ -204,6 +225,17 @@ impl Executor for DockerExecutor {
 
     fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
         run.validate()?;
+        if let (Some(service), Some(network)) = (run.services.first(), &self.options.network) {
+            if matches!(network.as_str(), "bridge" | "host") || network.starts_with("container:") {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "service {}: DockerOptions::network {network} gives containers no names to \
+                     reach each other by; leave it unset (a run with services gets a network of \
+                     its own), set none (a network of its own with no route out) or name a \
+                     user-defined network",
+                    service.name
+                )));
+            }
+        }
         run.image_for("docker").map(|_| ())
     }
 
@@ -222,7 +254,11 @@ impl Executor for DockerExecutor {
         let spec = self.container_spec(run, image, &RunPlan::digest(&plan));
         let own_network = Self::own_network(&spec.labels);
         if let Some(network) = &own_network {
-            self.engine.create_network(network, &spec.labels).await?;
+            // `none` asked for no route out; the services still need a network.
+            let internal = self.options.network.as_deref() == Some("none");
+            self.engine
+                .create_network(network, &spec.labels, internal)
+                .await?;
             log.line(&format!("network {network}, the run's own"));
         }
         let id = match self.engine.create(&spec).await {
@@ -233,8 +269,25 @@ impl Executor for DockerExecutor {
             }
         };
         log.line(&format!("container {} ({})", spec.name, short(&id)));
+        // The services start while the checkout goes in: the first step
+        // waits for the slower of the two.
+        let both = async {
+            let (prepared, services) = tokio::join!(self.prepare(&id, run, &plan), async {
+                let started = self.start_services(run, &spec, log).await;
+                if let Ok(running) = &started {
+                    self.services
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(id.clone(), running.clone());
+                }
+                started
+            });
+            // A service's failure names the run's real problem first.
+            services?;
+            prepared
+        };
         let prepared = tokio::select! {
-            r = self.prepare(&id, run, &plan) => r,
+            r = both => r,
             _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
         };
         let scripts = match prepared {
@@ -245,6 +298,12 @@ impl Executor for DockerExecutor {
                 return Err(err);
             }
         };
+        if !run.services.is_empty() {
+            self.service_logs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.clone(), log.clone());
+        }
         self.live().insert(id.clone(), scripts);
         self.bounds()
             .insert(id.clone(), bounds::RunBounds::of(&spec.labels));
@@ -272,10 +331,31 @@ impl Executor for DockerExecutor {
             prelude: "",
             reconnect: self.options.reconnect_timeout,
         };
+        if self.has_services(id) {
+            // A resumed run's services keep their output in its new log.
+            self.service_logs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(id.to_string())
+                .or_insert_with(|| log.clone());
+        }
         let prepared = self.ahead.take(id, step).await;
         // The next steps' starts open while this one runs.
         self.open_ahead(id, &run.work_dir, step, start);
-        run_command(&channel, step, start, prepared, log, &interrupt).await
+        let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
+        match outcome {
+            // Only a failed step costs a look at the services: a dead
+            // database is why a test step fails, and says so here.
+            Ok(CommandOutcome::Exited { code, reason }) if code != 0 && self.has_services(id) => {
+                let stopped = self.stopped_services(id).await;
+                let reason = match (reason, stopped) {
+                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
+                    (r, s) => r.or(s),
+                };
+                Ok(CommandOutcome::Exited { code, reason })
+            }
+            other => other,
+        }
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -321,12 +401,34 @@ impl Executor for DockerExecutor {
     }
 
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
-        let known = self.bounds().get(&run.id).map(|b| b.network.clone());
-        let network = match known {
+        let known = self.bounds().get(&run.id).cloned();
+        let bounds = match known {
             Some(known) => known,
             // A run another runner started: its labels say.
-            None => Self::own_network(&self.engine.inspect(&run.id).await?.labels),
+            None => bounds::RunBounds::of(&self.engine.inspect(&run.id).await?.labels),
         };
+        let network = bounds.network;
+        if let Some(name) = &bounds.services_of {
+            let mut running = self.services_of(&run.id);
+            if running.is_empty() {
+                running = self.listed_services(name).await?;
+            }
+            let log = self
+                .service_logs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&run.id);
+            if let Some(log) = log {
+                self.keep_service_output(&running, &log).await;
+            }
+            for service in &running {
+                self.engine.remove(&service.id).await?;
+            }
+            self.services
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&run.id);
+        }
         self.engine.remove(&run.id).await?;
         if let Some(network) = &network {
             self.remove_network(network).await?;
@@ -343,7 +445,12 @@ impl Executor for DockerExecutor {
             kind: "container",
             place: "on the engine",
         };
-        let found = self.runner_containers(runner).await?;
+        let found: Vec<_> = self
+            .runner_containers(runner)
+            .await?
+            .into_iter()
+            .filter(|(_, labels)| !labels.contains_key(services::SERVICE_LABEL))
+            .collect();
         let ((id, labels), digest) = the_live_run(found, |(_, l)| Some(l), runner, name, place)?;
         let bounds = bounds::RunBounds::of(&labels);
         // The steps run as the run's user, whoever resumes it.
@@ -356,6 +463,13 @@ impl Executor for DockerExecutor {
                     .map_or_else(|| "the image's user".to_string(), |u| format!("user {u}")),
                 self.options.user.as_deref().unwrap_or_default()
             )));
+        }
+        if let Some(name) = &bounds.services_of {
+            let running = self.listed_services(name).await?;
+            self.services
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.clone(), running);
         }
         self.bounds().insert(id.clone(), bounds);
         let handle = RunHandle::in_container(id.clone());
@@ -372,8 +486,20 @@ impl Executor for DockerExecutor {
     ) -> Result<CleanupReport, ExecutorError> {
         let now = executor_core::labels::unix_now();
         let mut removed = Vec::new();
+        // A live run's services are spared with it.
+        let live_names: Vec<String> = self
+            .bounds()
+            .values()
+            .filter_map(|b| b.services_of.clone())
+            .collect();
         for (id, labels) in self.runner_containers(runner).await? {
             if self.live().contains_key(&id) {
+                continue;
+            }
+            if labels
+                .get(services::SERVICE_OF_LABEL)
+                .is_some_and(|of| live_names.contains(of))
+            {
                 continue;
             }
             if scope == CleanupScope::All || expired(&labels, now) {

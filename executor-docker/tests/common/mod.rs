@@ -40,6 +40,9 @@ impl executor_conformance::Backend for Docker {
     fn image(&self) -> Option<String> {
         Some(image())
     }
+    fn services(&self) -> bool {
+        true
+    }
     async fn leftovers(&self, runner: &str) -> Vec<String> {
         self.0
             .leftovers(runner)

@@ -52,6 +52,7 @@ pub use cases::lifecycle::*;
 pub use cases::logs::*;
 pub use cases::resume::*;
 pub use cases::secrets::*;
+pub use cases::services::*;
 pub use cases::steps::*;
 pub use cases::untrusted::*;
 pub use cases::usage::*;
@@ -70,6 +71,13 @@ pub trait Backend: Send + Sync {
     /// The image runs use, for backends that need one.
     fn image(&self) -> Option<String> {
         None
+    }
+
+    /// Whether the backend runs service containers
+    /// ([`RunSpec::services`](executor_core::RunSpec::services)); one that
+    /// does not must refuse a run with services as bad input.
+    fn services(&self) -> bool {
+        false
     }
 
     /// A last chance to set backend-specific parts of every spec.
@@ -172,7 +180,9 @@ macro_rules! conformance_tests {
             unpackable_checkout_fails_by_name, untrusted_saves_never_reach_trusted_runs,
             secrets_are_masked_in_every_form, failures_name_their_kind_and_step,
             retry_never_follows_a_step_failure, each_step_reports_what_it_cost,
-            always_steps_run_after_a_failure_in_the_same_environment);
+            always_steps_run_after_a_failure_in_the_same_environment,
+            a_service_is_reached_by_name_from_the_first_step,
+            a_service_that_fails_is_named_with_its_last_lines);
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
             a_step_cut_twice_keeps_every_byte_and_its_code);
         $crate::conformance_tests!(@needing $make; $attrs; [$($another)?];

@@ -7,6 +7,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod resume;
 pub mod secrets;
+pub mod services;
 pub mod steps;
 pub mod untrusted;
 pub mod usage;

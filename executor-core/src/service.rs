@@ -1,0 +1,143 @@
+//! Service containers: a database, a cache or a web server beside the
+//! steps, started with the environment and ready before the first step.
+//!
+//! ```
+//! use executor_core::{Readiness, RunSpec, Service, Step};
+//! let spec = RunSpec::new("it", "did:plc:r", ".", "out")
+//!     .image("busybox:local")
+//!     .service(
+//!         Service::new("web", "busybox:local")
+//!             .command("httpd -f -p 8080 -h /srv")
+//!             .ready(Readiness::Tcp(8080)),
+//!     )
+//!     .step(Step::new("get", "wget -qO- http://web:8080/"));
+//! spec.validate().unwrap();
+//! ```
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// When a service counts as ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Readiness {
+    /// Something listens on this TCP port in the service's network
+    /// namespace (read from the kernel's socket table, no tool needed).
+    Tcp(u16),
+    /// This script, run as `sh -ec` in the service's container, exits 0.
+    Exec(String),
+}
+
+/// One service container of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Service {
+    /// Its name: the host name steps reach it by, a DNS label
+    /// (lower-case letters, digits and `-`, at most 63).
+    pub name: String,
+    /// Its image.
+    pub image: String,
+    /// A script run as `sh -ec` in place of the image's own command.
+    pub command: Option<String>,
+    /// Its variables.
+    pub env: Vec<(String, String)>,
+    /// When it is ready; `None`: as soon as it runs.
+    pub ready: Option<Readiness>,
+}
+
+/// Default limit of a service's start and readiness: two minutes, long
+/// enough for a database to initialise its files.
+pub const DEFAULT_SERVICE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many of a service's last lines a failure names.
+pub const SERVICE_TAIL_LINES: usize = 20;
+
+impl Service {
+    /// A service running `image`'s own command, ready once it runs.
+    pub fn new(name: impl Into<String>, image: impl Into<String>) -> Self {
+        Service {
+            name: name.into(),
+            image: image.into(),
+            command: None,
+            env: Vec::new(),
+            ready: None,
+        }
+    }
+
+    /// Sets [`Service::command`].
+    pub fn command(mut self, script: impl Into<String>) -> Self {
+        self.command = Some(script.into());
+        self
+    }
+
+    /// Adds one variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets [`Service::ready`].
+    pub fn ready(mut self, ready: Readiness) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+
+    /// Checks the name, the image, the variables and the readiness.
+    ///
+    /// # Errors
+    /// A sentence naming the service and what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let name = &self.name;
+        let dns_label = !name.is_empty()
+            && name.len() <= 63
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !name.starts_with('-')
+            && !name.ends_with('-');
+        if !dns_label || name == "localhost" {
+            return Err(format!(
+                "service name {name:?} is not a host name steps can reach it by: use lower-case \
+                 letters, digits and '-' (at most 63), not localhost"
+            ));
+        }
+        if self.image.trim().is_empty() || self.image.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "service {name}: image {:?} is not an image reference",
+                self.image
+            ));
+        }
+        for (key, _) in &self.env {
+            crate::validate_env_key(key).map_err(|e| format!("service {name}: {e}"))?;
+        }
+        let scripts = self.command.iter().chain(match &self.ready {
+            Some(Readiness::Exec(script)) => Some(script),
+            _ => None,
+        });
+        for script in scripts {
+            if script.contains('\0') {
+                return Err(format!("service {name}: a script has a NUL byte"));
+            }
+        }
+        if self.ready == Some(Readiness::Tcp(0)) {
+            return Err(format!("service {name}: tcp port 0 is no port"));
+        }
+        Ok(())
+    }
+}
+
+/// The shell test, with only `sh`'s own builtins, that something listens
+/// on TCP `port` in the namespace it runs in: a `LISTEN` (state `0A`) row
+/// for the port in `/proc/net/tcp` or `/proc/net/tcp6`.
+///
+/// ```
+/// let probe = executor_core::service::listening_probe(5432);
+/// assert!(probe.contains(":1538")); // 5432 in hex
+/// ```
+pub fn listening_probe(port: u16) -> String {
+    format!(
+        "for t in /proc/net/tcp /proc/net/tcp6; do [ -r \"$t\" ] || continue; \
+         while read -r _ l _ s _; do case \"$l $s\" in *:{port:04X}\\ 0A) exit 0;; esac; done < \"$t\"; done; exit 1"
+    )
+}
