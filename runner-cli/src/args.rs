@@ -187,6 +187,25 @@ pub struct RunArgs {
     /// root on k8s, where the step container drops every capability.
     #[arg(long = "cap-add", value_name = "CAP", value_parser = parse_capability)]
     pub cap_add: Vec<String>,
+    /// A service container beside the steps (repeatable; docker, k8s):
+    /// steps reach it by NAME, and the first step starts once it is ready.
+    #[arg(long = "service", value_name = "NAME=IMAGE", value_parser = crate::services::parse_named)]
+    pub services: Vec<(String, String)>,
+    /// The service's command, run as `sh -ec SCRIPT` in place of its
+    /// image's own (repeatable).
+    #[arg(long = "service-command", value_name = "NAME=SCRIPT", value_parser = crate::services::parse_named)]
+    pub service_commands: Vec<(String, String)>,
+    /// A variable of the service (repeatable).
+    #[arg(long = "service-env", value_name = "NAME:KEY=VALUE", value_parser = crate::services::parse_env)]
+    pub service_env: Vec<(String, (String, String))>,
+    /// When the service is ready: tcp:PORT (something listens on the
+    /// port) or exec:SCRIPT (the script exits 0 in its container);
+    /// without it, once it runs.
+    #[arg(long = "service-ready", value_name = "NAME=CHECK", value_parser = crate::services::parse_ready)]
+    pub service_ready: Vec<(String, executor_core::Readiness)>,
+    /// Limit of each service's start and readiness; default 2m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub service_timeout: Option<Duration>,
     #[command(flatten)]
     pub docker: DockerArgs,
     #[command(flatten)]

@@ -36,6 +36,7 @@ mod outputs;
 mod resume;
 mod run;
 mod secrets;
+mod services;
 mod workflow;
 
 fn main() {

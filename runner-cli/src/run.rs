@@ -257,6 +257,32 @@ fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
         .extend(crate::secrets::from_files(&args.secret_files)?);
     // Before anything of the run is printed, errors about it included.
     crate::secrets::mask_from_now_on(&spec.masker());
+    let flags = crate::services::ServiceFlags {
+        services: args.services.clone(),
+        commands: args.service_commands.clone(),
+        env: args.service_env.clone(),
+        ready: args.service_ready.clone(),
+    };
+    spec.services = plan.services;
+    for service in flags.services()? {
+        if spec.services.iter().any(|s| s.name == service.name) {
+            bail!(
+                "--service {}: the workflow file names that service already",
+                service.name
+            );
+        }
+        spec.services.push(service);
+    }
+    if let Some(limit) = args.service_timeout {
+        spec.service_timeout = limit;
+    }
+    if let (ExecutorKind::Shell, Some(service)) = (args.executor, spec.services.first()) {
+        bail!(
+            "service {}: the shell executor runs steps on this host and has no service \
+             containers; use --executor docker or --executor k8s",
+            service.name
+        );
+    }
     spec.caches = plan.caches;
     spec.caches.extend(args.caches.iter().cloned());
     if args.trigger.is_untrusted() {

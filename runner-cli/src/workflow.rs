@@ -7,6 +7,12 @@
 //! caches:
 //!   - key: cargo
 //!     path: /root/.cargo
+//! services:
+//!   db:
+//!     image: postgres:16
+//!     env:
+//!       POSTGRES_PASSWORD: test
+//!     ready: tcp:5432
 //! steps:
 //!   - name: build
 //!     run: |
@@ -40,6 +46,8 @@ pub struct Workflow {
     pub caches: Vec<CacheSpec>,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// Service containers beside the steps.
+    pub services: Vec<executor_core::Service>,
 }
 
 #[derive(Deserialize)]
@@ -49,7 +57,19 @@ struct File {
     env: Option<serde_yaml_ng::Mapping>,
     #[serde(default)]
     caches: Vec<CacheEntry>,
+    #[serde(default)]
+    services: std::collections::BTreeMap<String, ServiceEntry>,
     steps: Vec<StepEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceEntry {
+    image: String,
+    command: Option<String>,
+    #[serde(default)]
+    env: Option<serde_yaml_ng::Mapping>,
+    ready: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +120,20 @@ pub fn parse(text: &str) -> anyhow::Result<Workflow> {
         env: variables(file.env, "env")?,
         ..Workflow::default()
     };
+    for (name, entry) in file.services {
+        let at = format!("services: {name}");
+        let mut service = executor_core::Service::new(&name, entry.image);
+        service.command = entry.command;
+        service.env = variables(entry.env, &format!("{at}: env"))?;
+        if let Some(check) = entry.ready {
+            service.ready = Some(
+                crate::services::readiness(&check)
+                    .map_err(|e| anyhow::anyhow!("{at}: ready: {e}"))?,
+            );
+        }
+        service.check().map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        workflow.services.push(service);
+    }
     for cache in file.caches {
         let spec = CacheSpec::parse(&format!("{}={}", cache.key, cache.path))
             .with_context(|| format!("caches: key {:?}", cache.key))?;
@@ -218,6 +252,30 @@ mod tests {
         assert_eq!(lint.name, "#2 run lint --all");
         assert!(lint.continue_on_error && !lint.always);
         assert!(upload.always && !upload.continue_on_error);
+    }
+
+    #[test]
+    fn services_with_their_image_command_variables_and_check() {
+        let workflow = parse(
+            "services:\n  db:\n    image: postgres:16\n    env:\n      POSTGRES_PASSWORD: pw\n    ready: tcp:5432\n\
+             \x20 web:\n    image: busybox\n    command: httpd -f\n    ready: 'exec:true'\nsteps:\n  - run: x\n",
+        )
+        .unwrap();
+        let [db, web] = &workflow.services[..] else {
+            panic!("{:?}", workflow.services)
+        };
+        assert_eq!(db.ready, Some(executor_core::Readiness::Tcp(5432)));
+        assert_eq!(db.env, [("POSTGRES_PASSWORD".into(), "pw".into())]);
+        assert_eq!(web.command.as_deref(), Some("httpd -f"));
+        let err = parse("services:\n  db:\n    image: x\n    ports: [5432]\nsteps:\n  - run: x\n")
+            .unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("unknown field `ports`") && text.contains("line 4"),
+            "{text}"
+        );
+        let err = parse("services:\n  Db:\n    image: x\nsteps:\n  - run: x\n").unwrap_err();
+        assert!(format!("{err:#}").contains("services: Db"), "{err:#}");
     }
 
     #[test]
