@@ -58,6 +58,9 @@ pub(crate) const GET_PODS: Permission = p("get", "", "pods", "");
 pub(crate) const LIST_PODS: Permission = p("list", "", "pods", "");
 pub(crate) const WATCH_PODS: Permission = p("watch", "", "pods", "");
 pub(crate) const LIST_EVENTS: Permission = p("list", "", "events", "");
+/// Reading a service container's output; not in [`RUN`]: a run without
+/// services never reads it, and one with them says what it could not read.
+pub(crate) const GET_POD_LOGS: Permission = p("get", "", "pods", "log");
 /// Servers before 1.31 authorize a WebSocket exec as `get`, later ones
 /// as `create`: either serves.
 pub(crate) const EXEC: [Permission; 2] = [

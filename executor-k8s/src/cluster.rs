@@ -111,6 +111,14 @@ pub trait Cluster: Send + Sync {
     ) -> Result<PodEvents, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/pods/{name}`; `None` when it is gone.
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError>;
+    /// `GET /api/v1/namespaces/{ns}/pods/{pod}/log?container=&tailLines=`:
+    /// the last `lines` lines of a container's output.
+    async fn container_log(
+        &self,
+        pod: &str,
+        container: &str,
+        lines: usize,
+    ) -> Result<String, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name={pod}`.
     async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/pods/{pod}/exec?command=...`: starts

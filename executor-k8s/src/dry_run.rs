@@ -150,6 +150,18 @@ impl Cluster for DryRunCluster {
         self.say(format!("GET /api/v1/namespaces/{}/pods/{name}", self.ns()));
         Ok(Some(ready_pod(name)))
     }
+    async fn container_log(
+        &self,
+        pod: &str,
+        container: &str,
+        lines: usize,
+    ) -> Result<String, ExecutorError> {
+        self.say(format!(
+            "GET /api/v1/namespaces/{}/pods/{pod}/log?container={container}&tailLines={lines}",
+            self.ns()
+        ));
+        Ok(String::new())
+    }
     async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError> {
         self.say(format!(
             "GET /api/v1/namespaces/{}/events?fieldSelector=involvedObject.name={pod}",

@@ -115,6 +115,7 @@ pub fn objects(
     if secret.is_some() {
         pod_spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": name}}]);
     }
+    add_services(&mut pod_spec, run, options, &resources);
     if !options.node_selector.is_empty() {
         pod_spec["nodeSelector"] = json!(options
             .node_selector
@@ -155,6 +156,38 @@ pub fn objects(
         job,
         secret,
     })
+}
+
+/// The run's services as containers of its pod, beside the step
+/// container: they share its network, so steps reach them on `localhost`
+/// and, through the pod's host aliases, by name. Their resources and
+/// security context are the step container's.
+fn add_services(
+    pod_spec: &mut serde_json::Value,
+    run: &RunSpec,
+    options: &K8sOptions,
+    resources: &serde_json::Value,
+) {
+    if run.services.is_empty() {
+        return;
+    }
+    for service in &run.services {
+        let mut container = json!({
+            "name": service.name,
+            "image": service.image,
+            "env": service.env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
+            "securityContext": security_context(options),
+            "resources": resources,
+        });
+        if let Some(script) = &service.command {
+            container["command"] = json!(["sh", "-ec", script]);
+        }
+        if let Some(containers) = pod_spec["containers"].as_array_mut() {
+            containers.push(container);
+        }
+    }
+    let names: Vec<&str> = run.services.iter().map(|s| s.name.as_str()).collect();
+    pod_spec["hostAliases"] = json!([{"ip": "127.0.0.1", "hostnames": names}]);
 }
 
 /// The step container's security context: no privilege escalation, no

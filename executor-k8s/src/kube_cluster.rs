@@ -417,6 +417,27 @@ impl Cluster for KubeCluster {
             .await
     }
 
+    async fn container_log(
+        &self,
+        pod: &str,
+        container: &str,
+        lines: usize,
+    ) -> Result<String, ExecutorError> {
+        let api = self.api::<Pod>();
+        let params = kube::api::LogParams {
+            container: Some(container.to_string()),
+            tail_lines: i64::try_from(lines).ok(),
+            // A line without end is cut: the runner holds no more than this.
+            limit_bytes: Some(1 << 16),
+            ..Default::default()
+        };
+        self.judge()
+            .retry("reading a container's output", &[access::GET_POD_LOGS], || {
+                api.logs(pod, &params)
+            })
+            .await
+    }
+
     async fn pod_events(&self, pod: &str) -> Result<Vec<Event>, ExecutorError> {
         let api = self.api::<Event>();
         let lp = ListParams::default().fields(&format!("involvedObject.name={pod}"));

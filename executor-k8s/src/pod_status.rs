@@ -42,6 +42,8 @@ pub struct Fate {
     pub message: String,
     /// The container's exit code, when it terminated.
     pub exit_code: Option<i32>,
+    /// The service container it is about, for a `service` fate.
+    pub service: Option<String>,
 }
 
 impl Fate {
@@ -51,11 +53,20 @@ impl Fate {
             retryable: kind.retryable(),
             message,
             exit_code: None,
+            service: None,
         }
     }
 
     /// The error this fate is, for the call `context`.
     pub fn into_error(self, context: impl Into<String>) -> ExecutorError {
+        if let Some(service) = self.service {
+            // The service, not the call that found it, is what failed.
+            return ExecutorError::classified(
+                FailureKind::Service,
+                format!("service {service}"),
+                self.message,
+            );
+        }
         match self.kind {
             FailureKind::Image => ExecutorError::image(context, self.message, self.retryable),
             kind => ExecutorError::classified(kind, context, self.message),
@@ -77,6 +88,37 @@ pub enum PodState {
     Fatal(Fate),
 }
 
+/// What a service container's status says when it will not be ready:
+/// it ended, or it waits for a reason that will not heal.
+pub fn service_fate(pod: &Pod) -> Option<Fate> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_deref()?;
+    statuses
+        .iter()
+        .filter(|c| c.name != crate::job::CONTAINER)
+        .find_map(|c| {
+            let state = c.state.as_ref()?;
+            let message = if let Some(t) = &state.terminated {
+                format!(
+                    "exited {} ({})",
+                    t.exit_code,
+                    t.reason.clone().unwrap_or_default()
+                )
+            } else {
+                let w = state.waiting.as_ref()?;
+                let reason = w.reason.clone().unwrap_or_default();
+                if !FATAL_WAITING.iter().any(|(r, _)| *r == reason) {
+                    return None;
+                }
+                format!("{reason}: {}", w.message.clone().unwrap_or_default())
+                    .trim_end_matches(": ")
+                    .to_string()
+            };
+            let mut fate = Fate::new(FailureKind::Service, message);
+            fate.service = Some(c.name.clone());
+            Some(fate)
+        })
+}
+
 /// Reads a pod's status.
 pub fn pod_state(pod: &Pod) -> PodState {
     let Some(status) = &pod.status else {
@@ -84,11 +126,18 @@ pub fn pod_state(pod: &Pod) -> PodState {
     };
     let phase = status.phase.as_deref().unwrap_or("Pending");
     let conditions = status.conditions.as_deref().unwrap_or_default();
+    // A service that will never be ready fails the run as the service's.
+    if phase == "Running" || phase == "Pending" {
+        if let Some(fate) = service_fate(pod) {
+            return PodState::Fatal(fate);
+        }
+    }
     let waiting = status
         .container_statuses
         .as_deref()
         .unwrap_or_default()
         .iter()
+        .filter(|c| c.name == crate::job::CONTAINER || status.container_statuses.as_ref().is_some_and(|s| s.len() == 1))
         .find_map(|c| c.state.as_ref()?.waiting.clone());
     let terminated = terminated_state(pod);
     match phase {
@@ -149,13 +198,14 @@ pub fn pod_state(pod: &Pod) -> PodState {
     PodState::Pending(phase.to_string())
 }
 
+/// The step container's terminated state: a service's end is not the
+/// environment's.
 fn terminated_state(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_deref()
-        .unwrap_or_default()
+    let statuses = pod.status.as_ref()?.container_statuses.as_deref()?;
+    let only = statuses.len() == 1;
+    statuses
         .iter()
+        .filter(|c| only || c.name == crate::job::CONTAINER)
         .find_map(|c| c.state.as_ref()?.terminated.clone())
 }
 

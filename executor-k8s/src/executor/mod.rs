@@ -26,6 +26,7 @@ use executor_core::script::ScriptFiles;
 
 mod ahead;
 mod pod_exec;
+mod services;
 mod variables;
 
 use variables::PodVariables;
@@ -73,6 +74,10 @@ struct LiveRun {
     variables: PodVariables,
     /// The step scripts the pod holds as files.
     scripts: ScriptFiles,
+    /// The names of its service containers.
+    services: Vec<String>,
+    /// Where the services' output goes when the run stops.
+    log: Option<RunLog>,
 }
 
 /// How long the pod's status may lag a container that stopped under a
@@ -234,6 +239,7 @@ impl K8sExecutor {
                     STATUS_LAG.as_secs()
                 ),
                 exit_code: None,
+                service: None,
             }
         }))
     }
@@ -260,6 +266,12 @@ impl Executor for K8sExecutor {
 
     fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
         run.validate()?;
+        if run.services.iter().any(|s| s.name == crate::job::CONTAINER) {
+            return Err(ExecutorError::InvalidInput(format!(
+                "service {0}: on Kubernetes {0} is the step container's name in the pod; name the service otherwise",
+                crate::job::CONTAINER
+            )));
+        }
         run.image_for("k8s").map(|_| ())
     }
 
@@ -318,7 +330,7 @@ impl Executor for K8sExecutor {
                 };
                 self.cluster.own_secret(&name, &owner).await?;
             }
-            let pod = wait::ready(
+            let pod = match wait::ready(
                 self.cluster.as_ref(),
                 &objects.pod_selector,
                 self.options.pod_timeout,
@@ -326,7 +338,11 @@ impl Executor for K8sExecutor {
                 log,
                 &interrupt,
             )
-            .await?;
+            .await
+            {
+                Ok(pod) => pod,
+                Err(err) => return Err(self.with_service_lines(&objects.pod_selector, err).await),
+            };
             log.line(&format!("pod {pod} is ready"));
             self.live().insert(
                 name.clone(),
@@ -336,6 +352,8 @@ impl Executor for K8sExecutor {
                     has_secret: objects.secret.is_some(),
                     variables: PodVariables::of(run, &RunHandle::in_container(name.clone())),
                     scripts: ScriptFiles::planned(run, STATE_DIR),
+                    services: run.services.iter().map(|s| s.name.clone()).collect(),
+                    log: (!run.services.is_empty()).then(|| log.clone()),
                 },
             );
             let copy = async {
@@ -367,8 +385,14 @@ impl Executor for K8sExecutor {
                 });
                 Ok::<_, ExecutorError>(())
             };
+            // The services' checks run while the checkout goes in.
+            let both = async {
+                let (copied, ready) = tokio::join!(copy, self.until_services_ready(&pod, run, log));
+                ready?;
+                copied
+            };
             tokio::select! {
-                r = copy => r,
+                r = both => r,
                 _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
             }
         };
@@ -411,7 +435,29 @@ impl Executor for K8sExecutor {
         let prepared = self.ahead.take(&live.pod, step).await;
         // The next steps' starts open while this one runs.
         self.open_ahead(&live, &run.work_dir, step, self.options.reconnect_timeout);
-        run_command(&channel, step, start, prepared, log, &interrupt).await
+        let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
+        if live.services.is_empty() {
+            return outcome;
+        }
+        if live.log.is_none() {
+            // A resumed run's services keep their output in its new log.
+            if let Some(l) = self.live().get_mut(&run.id) {
+                l.log = Some(log.clone());
+            }
+        }
+        match outcome {
+            // Only a failed step costs a look at the services: a dead
+            // database is why a test step fails, and says so here.
+            Ok(CommandOutcome::Exited { code, reason }) if code != 0 => {
+                let stopped = self.stopped_services(&live.pod).await;
+                let reason = match (reason, stopped) {
+                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
+                    (r, s) => r.or(s),
+                };
+                Ok(CommandOutcome::Exited { code, reason })
+            }
+            other => other,
+        }
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -484,6 +530,9 @@ impl Executor for K8sExecutor {
         let live = self.live().remove(&run.id);
         if let Some(live) = &live {
             self.ahead.let_go(&live.pod);
+            if let Some(log) = &live.log {
+                self.keep_service_output(&live.pod, &live.services, log).await;
+            }
         }
         let (selector, has_secret) = match &live {
             Some(l) => (l.pod_selector.clone(), l.has_secret),
@@ -523,6 +572,18 @@ impl Executor for K8sExecutor {
             )));
         }
         let pod_selector = format!("job-name={job_name}");
+        let services: Vec<String> = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| c.name.clone())
+                    .filter(|n| n != crate::job::CONTAINER)
+                    .collect()
+            })
+            .unwrap_or_default();
         let pod = wait::ready(
             self.cluster.as_ref(),
             &pod_selector,
@@ -542,6 +603,8 @@ impl Executor for K8sExecutor {
                 has_secret: true,
                 variables: PodVariables::default(),
                 scripts: ScriptFiles::default(),
+                services,
+                log: None,
             },
         );
         let plan = match read_plan(self, &handle, STATE_DIR, &digest).await {

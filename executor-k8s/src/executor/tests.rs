@@ -115,6 +115,8 @@ fn live_from(cluster: MockCluster, spec: &RunSpec) -> K8sExecutor {
             has_secret: false,
             variables: PodVariables::of(spec, &RunHandle::in_container("job")),
             scripts: Default::default(),
+            services: Vec::new(),
+            log: None,
         },
     );
     executor

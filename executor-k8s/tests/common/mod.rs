@@ -87,6 +87,9 @@ impl Backend for K8s {
     fn image(&self) -> Option<String> {
         Some(image())
     }
+    fn services(&self) -> bool {
+        true
+    }
     fn adjust(&self, _spec: &mut RunSpec) {}
     async fn leftovers(&self, runner: &str) -> Vec<String> {
         let mut found = self

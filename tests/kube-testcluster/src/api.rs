@@ -114,6 +114,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         {
             return exec_upgrade(shared, req, &route, &query);
         }
+        (&Method::GET, Some(name), Some("log")) if route.kind == Kind::Pod => {
+            return pod_log(&shared, &route, name, &query).await;
+        }
         (&Method::GET, None, _) => {
             if query_get(&query, "watch").is_some_and(|w| w == "true" || w == "1") {
                 return watch(&shared, &route, &query);
@@ -514,7 +517,9 @@ fn exec_upgrade(
     };
     shared.note_protocol(protocol);
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let container = shared.kubelet.container_of(&ns, &name);
+    let container = shared
+        .kubelet
+        .container_named(&ns, &name, params.container.as_deref());
     let upgrade = hyper::upgrade::on(&mut req);
     let mut cut = shared.cut.subscribe();
     tokio::spawn(async move {
@@ -546,6 +551,45 @@ fn exec_upgrade(
         .header("Sec-WebSocket-Protocol", protocol.as_str())
         .body(Full::new(Bytes::new()).boxed())
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// `GET .../pods/{name}/log`: the container's output as plain text, as
+/// the kubelet serves it through the API server.
+async fn pod_log(shared: &Shared, route: &Route, name: &str, query: &str) -> Response<Body> {
+    let ns = route.ns.as_deref().unwrap_or("default");
+    let Some(pod) = shared.store.get(Kind::Pod, ns, name) else {
+        return error_response(&ApiError::not_found(Kind::Pod, name));
+    };
+    let containers: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    let container = query_get(query, "container");
+    match container.as_deref() {
+        Some(c) if !containers.contains(&c) => {
+            return error_response(&ApiError::bad_request(format!(
+                "container {c} is not valid for pod {name}"
+            )))
+        }
+        None if containers.len() > 1 => {
+            return error_response(&ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: {containers:?}"
+            )))
+        }
+        _ => {}
+    }
+    let tail = query_get(query, "tailLines").and_then(|n| n.parse().ok());
+    match shared.kubelet.pod_log(ns, name, container.as_deref(), tail).await {
+        Some(text) => Response::builder()
+            .status(200)
+            .header("Content-Type", "text/plain")
+            .body(Full::new(Bytes::from(text)).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
+        None => error_response(&ApiError::bad_request(format!(
+            "container {:?} in pod {name} is waiting to start",
+            container.unwrap_or_default()
+        ))),
+    }
 }
 
 /// Why a real API server (and the kubelet behind it) would refuse this

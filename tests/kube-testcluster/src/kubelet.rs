@@ -25,10 +25,12 @@ pub const NODE: &str = "knotless-test-node";
 pub struct Kubelet {
     pub(crate) docker: Docker,
     cluster_id: String,
-    store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
     faults: Arc<Faults>,
     network: Option<String>,
     containers: Mutex<HashMap<(String, String), String>>,
+    /// Per pod, its containers after the first: name and engine id.
+    sidecars: Mutex<HashMap<(String, String), Vec<(String, String)>>>,
     tasks: tokio_util::task::TaskTracker,
     closing: tokio_util::sync::CancellationToken,
     /// Held while the scheduler places one pod.
@@ -86,6 +88,7 @@ impl Kubelet {
             faults,
             network,
             containers: Mutex::new(HashMap::new()),
+            sidecars: Mutex::new(HashMap::new()),
             tasks: tokio_util::task::TaskTracker::new(),
             closing: tokio_util::sync::CancellationToken::new(),
             scheduling: std::sync::Mutex::new(()),
@@ -94,6 +97,12 @@ impl Kubelet {
 
     fn containers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
         self.containers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn sidecars(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), Vec<(String, String)>>> {
+        self.sidecars.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The container id of a running pod.
@@ -330,7 +339,7 @@ impl Kubelet {
             }
         };
         let id = self
-            .create_container(ns, name, &spec, container, env)
+            .create_container(ns, name, &spec, container, env, None)
             .await
             .map_err(|e| {
                 let msg = e.to_string();
@@ -355,7 +364,16 @@ impl Kubelet {
             return Ok(());
         }
         self.open_empty_dirs(&id, &spec, container).await;
+        let sidecars = self.start_sidecars(ns, &pod, &spec, &id).await;
+        let (sidecar_statuses, all_running) = Self::sidecar_statuses(&spec, &sidecars);
         let started = timestamp();
+        let ready = |c: &str| {
+            if all_running {
+                condition(c, true, None, None)
+            } else {
+                condition(c, false, Some("ContainersNotReady"), Some("containers with unready status"))
+            }
+        };
         self.set_status(ns, name, |s| {
             s["phase"] = json!("Running");
             s["startTime"] = json!(started);
@@ -364,15 +382,17 @@ impl Kubelet {
             s["conditions"] = json!([
                 condition("PodReadyToStartContainers", true, None, None),
                 condition("Initialized", true, None, None),
-                condition("Ready", true, None, None),
-                condition("ContainersReady", true, None, None),
+                ready("Ready"),
+                ready("ContainersReady"),
                 condition("PodScheduled", true, None, None),
             ]);
-            s["containerStatuses"] = json!([{
+            let mut statuses = vec![json!({
                 "name": cname, "image": image, "imageID": format!("docker-pullable://{image}"),
                 "containerID": format!("docker://{id}"), "ready": true, "restartCount": 0, "started": true,
                 "state": {"running": {"startedAt": started}},
-            }]);
+            })];
+            statuses.extend(sidecar_statuses);
+            s["containerStatuses"] = json!(statuses);
         });
         self.event(
             &pod,
@@ -382,11 +402,38 @@ impl Kubelet {
             "kubelet",
         );
 
-        // Watch the container until it ends.
+        // Watch the container until it ends, and the others meanwhile.
         let mut wait = self.docker.wait_container(&id, None);
-        let waited = tokio::select! {
-            w = wait.next() => w,
-            _ = self.closing.cancelled() => return Ok(()),
+        let mut others: futures_util::stream::FuturesUnordered<_> = sidecars
+            .iter()
+            .filter_map(|s| match s {
+                crate::sidecars::Sidecar::Running { name, id } => Some((name.clone(), id.clone())),
+                crate::sidecars::Sidecar::Waiting { .. } => None,
+            })
+            .map(|(cname, cid)| {
+                let docker = self.docker.clone();
+                async move {
+                    let code = match docker.wait_container(&cid, None).next().await {
+                        Some(Ok(r)) => r.status_code,
+                        Some(Err(bollard::errors::Error::DockerContainerWaitError {
+                            code, ..
+                        })) => code,
+                        _ => 137,
+                    };
+                    (cname, code)
+                }
+            })
+            .collect();
+        let waited = loop {
+            tokio::select! {
+                w = wait.next() => break w,
+                Some((cname, code)) = others.next() => {
+                    if !self.deleting(ns, name) {
+                        self.sidecar_ended(ns, name, &cname, code);
+                    }
+                }
+                _ = self.closing.cancelled() => return Ok(()),
+            }
         };
         let code = match waited {
             Some(Ok(r)) => r.status_code,
@@ -461,7 +508,7 @@ impl Kubelet {
         crate::jobs::pod_finished(&self.store, &pod, code == 0);
     }
 
-    fn resolve_env(&self, ns: &str, container: &Value) -> Result<Vec<String>, String> {
+    pub(crate) fn resolve_env(&self, ns: &str, container: &Value) -> Result<Vec<String>, String> {
         let secret = |name: &str| -> Result<Value, String> {
             self.store
                 .get(Kind::Secret, ns, name)
@@ -581,13 +628,16 @@ impl Kubelet {
         }
     }
 
-    async fn create_container(
+    /// Creates one of the pod's containers; `joined`, the first one's id,
+    /// for the others, which share its network namespace.
+    pub(crate) async fn create_container(
         &self,
         ns: &str,
         name: &str,
         spec: &Value,
         container: &Value,
         env: Vec<String>,
+        joined: Option<&str>,
     ) -> Result<String, bollard::errors::Error> {
         let strings = |v: &Value| -> Option<Vec<String>> {
             v.as_array().map(|a| {
@@ -644,7 +694,12 @@ impl Kubelet {
                 mounts: Some(mounts),
                 memory,
                 memory_swap: memory,
-                network_mode: self.network.clone(),
+                network_mode: match joined {
+                    Some(first) => Some(format!("container:{first}")),
+                    None => self.network.clone(),
+                },
+                // The pod's hostAliases, in the hosts file its containers share.
+                extra_hosts: joined.is_none().then(|| host_aliases(spec)).flatten(),
                 security_opt: (!security_opt.is_empty()).then_some(security_opt),
                 cap_drop: strings(&context["capabilities"]["drop"]),
                 cap_add: strings(&context["capabilities"]["add"]),
@@ -667,7 +722,7 @@ impl Kubelet {
         Ok(self.docker.create_container(Some(options), body).await?.id)
     }
 
-    async fn remove_container(&self, id: &str) {
+    pub(crate) async fn remove_container(&self, id: &str) {
         let options = RemoveContainerOptions {
             force: true,
             v: true,
@@ -717,6 +772,7 @@ impl Kubelet {
         }
         self.containers()
             .remove(&(ns.to_string(), name.to_string()));
+        self.remove_sidecars(ns, name).await;
         if let Some(id) = id {
             self.remove_container(&id).await;
         }
@@ -807,6 +863,26 @@ pub async fn remove_cluster_containers(docker: &Docker, cluster_id: &str) {
             }
         }
     }
+}
+
+/// The pod's `hostAliases` as the engine's extra hosts (`name:ip`).
+fn host_aliases(spec: &Value) -> Option<Vec<String>> {
+    let hosts: Vec<String> = spec["hostAliases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|alias| {
+            let ip = alias["ip"].as_str().unwrap_or_default().to_string();
+            alias["hostnames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(move |host| format!("{host}:{ip}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (!hosts.is_empty()).then_some(hosts)
 }
 
 /// Where `container` mounts the pod's emptyDir volumes.

@@ -27,6 +27,7 @@ pub mod rbac;
 pub mod scheduler;
 mod selectors;
 mod server;
+mod sidecars;
 pub mod status;
 pub mod store;
 pub mod tls;
