@@ -99,6 +99,9 @@ pub const RUN: &[Permission] = &[
     EXEC[1],
 ];
 
+/// What a run with services uses besides [`RUN`]: reading their output.
+pub const SERVICES: &[Permission] = &[GET_POD_LOGS];
+
 /// Asks the server about every permission in `needed` and fails, naming
 /// each one missing and the namespace, when any is.
 ///

@@ -432,9 +432,11 @@ impl Cluster for KubeCluster {
             ..Default::default()
         };
         self.judge()
-            .retry("reading a container's output", &[access::GET_POD_LOGS], || {
-                api.logs(pod, &params)
-            })
+            .retry(
+                "reading a container's output",
+                &[access::GET_POD_LOGS],
+                || api.logs(pod, &params),
+            )
             .await
     }
 

@@ -137,7 +137,13 @@ pub fn pod_state(pod: &Pod) -> PodState {
         .as_deref()
         .unwrap_or_default()
         .iter()
-        .filter(|c| c.name == crate::job::CONTAINER || status.container_statuses.as_ref().is_some_and(|s| s.len() == 1))
+        .filter(|c| {
+            c.name == crate::job::CONTAINER
+                || status
+                    .container_statuses
+                    .as_ref()
+                    .is_some_and(|s| s.len() == 1)
+        })
         .find_map(|c| c.state.as_ref()?.waiting.clone());
     let terminated = terminated_state(pod);
     match phase {

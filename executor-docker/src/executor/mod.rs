@@ -28,6 +28,7 @@ mod ahead;
 mod bounds;
 mod container;
 mod execs;
+mod listing;
 mod outputs;
 mod services;
 use crate::{DockerOptions, PullPolicy};
@@ -96,44 +97,6 @@ impl DockerExecutor {
         }
     }
 
-    /// Every container of `runner`, live or not, then every volume of its
-    /// (as `volume/NAME`) and every network (as `network/NAME`), by
-    /// label: the probe for leftovers.
-    ///
-    /// # Errors
-    /// `Backend` when the engine could not be listed.
-    pub async fn leftovers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
-        let mut found = self.containers(runner).await?;
-        found.extend(
-            self.runner_volumes(runner)
-                .await?
-                .into_iter()
-                .map(|name| format!("volume/{name}")),
-        );
-        found.extend(
-            self.runner_networks(runner)
-                .await?
-                .into_iter()
-                .map(|(name, _)| format!("network/{name}")),
-        );
-        Ok(found)
-    }
-
-    async fn runner_networks(
-        &self,
-        runner: &str,
-    ) -> Result<Vec<(String, HashMap<String, String>)>, ExecutorError> {
-        let found = self
-            .engine
-            .list_networks(RUNNER_LABEL, &label_value(runner))
-            .await?;
-        Ok(found
-            .into_iter()
-            .filter(|n| is_runners(&n.labels, runner))
-            .map(|n| (n.id, n.labels))
-            .collect())
-    }
-
     /// Removes what a start that failed had made.
     async fn remove_half_started(&self, id: Option<&str>, network: Option<&str>) {
         if let Some(id) = id {
@@ -154,44 +117,6 @@ impl DockerExecutor {
                 tracing::error!(%remove_err, %network, "removing a half-started run's network failed");
             }
         }
-    }
-
-    /// The ids of every container of `runner`, live or not.
-    ///
-    /// # Errors
-    /// `Backend` when the engine could not be listed.
-    pub async fn containers(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
-        Ok(self
-            .runner_containers(runner)
-            .await?
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect())
-    }
-
-    async fn runner_volumes(&self, runner: &str) -> Result<Vec<String>, ExecutorError> {
-        let found = self
-            .engine
-            .list_volumes(RUNNER_LABEL, &label_value(runner))
-            .await?;
-        Ok(found
-            .into_iter()
-            .filter(|v| v.labels.get(RUNNER_RAW_KEY).map(String::as_str) == Some(runner))
-            .map(|v| v.id)
-            .collect())
-    }
-
-    async fn runner_containers(
-        &self,
-        runner: &str,
-    ) -> Result<Vec<(String, HashMap<String, String>)>, ExecutorError> {
-        let found = self.engine.list(RUNNER_LABEL, &label_value(runner)).await?;
-        // The sanitised label could in principle be shared; the raw DID decides.
-        Ok(found
-            .into_iter()
-            .filter(|c| is_runners(&c.labels, runner))
-            .map(|c| (c.id, c.labels))
-            .collect())
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ScriptFiles>> {
@@ -332,30 +257,13 @@ impl Executor for DockerExecutor {
             reconnect: self.options.reconnect_timeout,
         };
         if self.has_services(id) {
-            // A resumed run's services keep their output in its new log.
-            self.service_logs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(id.to_string())
-                .or_insert_with(|| log.clone());
+            self.keep_log_for_services(id, log);
         }
         let prepared = self.ahead.take(id, step).await;
         // The next steps' starts open while this one runs.
         self.open_ahead(id, &run.work_dir, step, start);
         let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
-        match outcome {
-            // Only a failed step costs a look at the services: a dead
-            // database is why a test step fails, and says so here.
-            Ok(CommandOutcome::Exited { code, reason }) if code != 0 && self.has_services(id) => {
-                let stopped = self.stopped_services(id).await;
-                let reason = match (reason, stopped) {
-                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
-                    (r, s) => r.or(s),
-                };
-                Ok(CommandOutcome::Exited { code, reason })
-            }
-            other => other,
-        }
+        self.naming_stopped_services(id, outcome).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
@@ -409,25 +317,7 @@ impl Executor for DockerExecutor {
         };
         let network = bounds.network;
         if let Some(name) = &bounds.services_of {
-            let mut running = self.services_of(&run.id);
-            if running.is_empty() {
-                running = self.listed_services(name).await?;
-            }
-            let log = self
-                .service_logs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&run.id);
-            if let Some(log) = log {
-                self.keep_service_output(&running, &log).await;
-            }
-            for service in &running {
-                self.engine.remove(&service.id).await?;
-            }
-            self.services
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&run.id);
+            self.stop_services(&run.id, name).await?;
         }
         self.engine.remove(&run.id).await?;
         if let Some(network) = &network {

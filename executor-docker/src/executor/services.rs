@@ -270,6 +270,62 @@ impl DockerExecutor {
         }
     }
 
+    /// `outcome` of a step in run `id`; a failed step's names each
+    /// service that has stopped. Only a failed step costs that look: a dead
+    /// database is why a test step fails.
+    pub(super) async fn naming_stopped_services(
+        &self,
+        id: &str,
+        outcome: Result<CommandOutcome, ExecutorError>,
+    ) -> Result<CommandOutcome, ExecutorError> {
+        match outcome {
+            Ok(CommandOutcome::Exited { code, reason }) if code != 0 && self.has_services(id) => {
+                let stopped = self.stopped_services(id).await;
+                let reason = match (reason, stopped) {
+                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
+                    (r, s) => r.or(s),
+                };
+                Ok(CommandOutcome::Exited { code, reason })
+            }
+            other => other,
+        }
+    }
+
+    /// Where run `id`'s services' output goes at stop: the first log a
+    /// step of it wrote to (a resumed run's new log).
+    pub(super) fn keep_log_for_services(&self, id: &str, log: &RunLog) {
+        self.service_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_string())
+            .or_insert_with(|| log.clone());
+    }
+
+    /// Keeps the output of run `id`'s services (of its container `name`)
+    /// and removes them.
+    pub(super) async fn stop_services(&self, id: &str, name: &str) -> Result<(), ExecutorError> {
+        let mut running = self.services_of(id);
+        if running.is_empty() {
+            running = self.listed_services(name).await?;
+        }
+        let log = self
+            .service_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(log) = log {
+            self.keep_service_output(&running, &log).await;
+        }
+        for service in &running {
+            self.engine.remove(&service.id).await?;
+        }
+        self.services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        Ok(())
+    }
+
     /// Removes `running`'s containers; what fails is left to cleanup.
     pub(super) async fn remove_services(&self, running: &[Running]) {
         for service in running {

@@ -113,7 +113,11 @@ impl K8sExecutor {
 
     /// The failure of service `name` in `pod`, with its last lines.
     async fn service_failed(&self, pod: &str, name: &str, why: &str) -> ExecutorError {
-        let lines = match self.cluster.container_log(pod, name, SERVICE_TAIL_LINES).await {
+        let lines = match self
+            .cluster
+            .container_log(pod, name, SERVICE_TAIL_LINES)
+            .await
+        {
             Ok(tail) if tail.trim().is_empty() => "it printed nothing".to_string(),
             Ok(tail) => format!("its last lines:\n{}", tail.trim_end()),
             Err(err) => format!("its output could not be read: {err}"),
@@ -127,7 +131,11 @@ impl K8sExecutor {
 
     /// `err` from the pod's start, with the last lines of the service it
     /// names when it is a service's failure.
-    pub(super) async fn with_service_lines(&self, selector: &str, err: ExecutorError) -> ExecutorError {
+    pub(super) async fn with_service_lines(
+        &self,
+        selector: &str,
+        err: ExecutorError,
+    ) -> ExecutorError {
         let ExecutorError::Backend {
             context,
             message,
@@ -150,6 +158,28 @@ impl K8sExecutor {
         }
     }
 
+    /// `outcome` of a step in `pod`; a failed step's names each service
+    /// that has ended. Only a failed step costs that look: a dead database
+    /// is why a test step fails.
+    pub(super) async fn naming_stopped_services(
+        &self,
+        pod: &str,
+        outcome: Result<executor_core::CommandOutcome, ExecutorError>,
+    ) -> Result<executor_core::CommandOutcome, ExecutorError> {
+        use executor_core::CommandOutcome;
+        match outcome {
+            Ok(CommandOutcome::Exited { code, reason }) if code != 0 => {
+                let stopped = self.stopped_services(pod).await;
+                let reason = match (reason, stopped) {
+                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
+                    (r, s) => r.or(s),
+                };
+                Ok(CommandOutcome::Exited { code, reason })
+            }
+            other => other,
+        }
+    }
+
     /// A sentence for a step that failed while a service had ended.
     pub(super) async fn stopped_services(&self, pod: &str) -> Option<String> {
         let pod = self.cluster.get_pod(pod).await.ok()??;
@@ -159,7 +189,10 @@ impl K8sExecutor {
             .filter(|c| c.name != CONTAINER)
             .filter_map(|c| {
                 let t = c.state.as_ref()?.terminated.as_ref()?;
-                Some(format!("service {} exited {} during the step", c.name, t.exit_code))
+                Some(format!(
+                    "service {} exited {} during the step",
+                    c.name, t.exit_code
+                ))
             })
             .collect();
         (!ended.is_empty()).then(|| ended.join("; "))
@@ -170,13 +203,17 @@ impl K8sExecutor {
         for name in services {
             match self.cluster.container_log(pod, name, KEPT_LINES).await {
                 Ok(text) if !text.trim().is_empty() => {
-                    log.line(&format!("service {name}: its last {KEPT_LINES} lines at most"));
+                    log.line(&format!(
+                        "service {name}: its last {KEPT_LINES} lines at most"
+                    ));
                     for line in text.lines() {
                         log.line(&format!("{name}| {line}"));
                     }
                 }
                 Ok(_) => {}
-                Err(err) => log.line(&format!("service {name}: its output could not be read: {err}")),
+                Err(err) => log.line(&format!(
+                    "service {name}: its output could not be read: {err}"
+                )),
             }
         }
     }

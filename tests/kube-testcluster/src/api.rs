@@ -579,7 +579,11 @@ async fn pod_log(shared: &Shared, route: &Route, name: &str, query: &str) -> Res
         _ => {}
     }
     let tail = query_get(query, "tailLines").and_then(|n| n.parse().ok());
-    match shared.kubelet.pod_log(ns, name, container.as_deref(), tail).await {
+    match shared
+        .kubelet
+        .pod_log(ns, name, container.as_deref(), tail)
+        .await
+    {
         Some(text) => Response::builder()
             .status(200)
             .header("Content-Type", "text/plain")

@@ -16,6 +16,9 @@ use serde_json::{json, Value};
 use crate::faults::{Faults, ImagePullFault, PodFault};
 use crate::store::{timestamp, Kind, Store};
 
+/// A pod's namespace and name.
+type PodKey = (String, String);
+
 /// Label on every container of one test cluster.
 pub const CLUSTER_LABEL: &str = "dev.knotless.testcluster";
 /// The one node's name.
@@ -30,7 +33,7 @@ pub struct Kubelet {
     network: Option<String>,
     containers: Mutex<HashMap<(String, String), String>>,
     /// Per pod, its containers after the first: name and engine id.
-    sidecars: Mutex<HashMap<(String, String), Vec<(String, String)>>>,
+    sidecars: Mutex<HashMap<PodKey, Vec<(String, String)>>>,
     tasks: tokio_util::task::TaskTracker,
     closing: tokio_util::sync::CancellationToken,
     /// Held while the scheduler places one pod.
@@ -101,7 +104,7 @@ impl Kubelet {
 
     pub(crate) fn sidecars(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), Vec<(String, String)>>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<PodKey, Vec<(String, String)>>> {
         self.sidecars.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -371,7 +374,12 @@ impl Kubelet {
             if all_running {
                 condition(c, true, None, None)
             } else {
-                condition(c, false, Some("ContainersNotReady"), Some("containers with unready status"))
+                condition(
+                    c,
+                    false,
+                    Some("ContainersNotReady"),
+                    Some("containers with unready status"),
+                )
             }
         };
         self.set_status(ns, name, |s| {
@@ -416,7 +424,8 @@ impl Kubelet {
                     let code = match docker.wait_container(&cid, None).next().await {
                         Some(Ok(r)) => r.status_code,
                         Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                            code, ..
+                            code,
+                            ..
                         })) => code,
                         _ => 137,
                     };

@@ -12,8 +12,15 @@ use crate::store::{timestamp, Kind};
 
 /// How a further container of a pod stands once the kubelet tried it.
 pub(crate) enum Sidecar {
-    Running { name: String, id: String },
-    Waiting { name: String, reason: String, message: String },
+    Running {
+        name: String,
+        id: String,
+    },
+    Waiting {
+        name: String,
+        reason: String,
+        message: String,
+    },
 }
 
 impl Kubelet {
@@ -84,7 +91,13 @@ impl Kubelet {
                 });
                 continue;
             }
-            self.event(pod, "Normal", "Started", &format!("Started container {cname}"), "kubelet");
+            self.event(
+                pod,
+                "Normal",
+                "Started",
+                &format!("Started container {cname}"),
+                "kubelet",
+            );
             out.push(Sidecar::Running { name: cname, id });
         }
         out
@@ -110,7 +123,11 @@ impl Kubelet {
                     "containerID": format!("docker://{id}"), "ready": true, "restartCount": 0,
                     "started": true, "state": {"running": {"startedAt": timestamp()}},
                 }),
-                Sidecar::Waiting { name, reason, message } => {
+                Sidecar::Waiting {
+                    name,
+                    reason,
+                    message,
+                } => {
                     all = false;
                     json!({
                         "name": name, "image": image_of(name), "imageID": "", "ready": false,
@@ -162,9 +179,10 @@ impl Kubelet {
         let Some(cname) = cname else {
             return Some(first);
         };
-        let is_first = self.store.get(Kind::Pod, ns, name).is_some_and(|p| {
-            p["spec"]["containers"][0]["name"].as_str() == Some(cname)
-        });
+        let is_first = self
+            .store
+            .get(Kind::Pod, ns, name)
+            .is_some_and(|p| p["spec"]["containers"][0]["name"].as_str() == Some(cname));
         if is_first {
             return Some(first);
         }
@@ -177,7 +195,13 @@ impl Kubelet {
 
     /// `GET .../pods/{name}/log?container=&tailLines=`: the container's
     /// output, stdout and stderr merged, its last `tail` lines.
-    pub async fn pod_log(&self, ns: &str, name: &str, cname: Option<&str>, tail: Option<u64>) -> Option<String> {
+    pub async fn pod_log(
+        &self,
+        ns: &str,
+        name: &str,
+        cname: Option<&str>,
+        tail: Option<u64>,
+    ) -> Option<String> {
         let id = self.container_named(ns, name, cname)?;
         let options = LogsOptions {
             stdout: true,

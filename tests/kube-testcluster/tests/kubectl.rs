@@ -1,63 +1,14 @@
 //! The test cluster driven by the real kubectl, a client nobody here wrote.
 
+mod common;
+
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::{image, kubectl, kubectl_bin, kubectl_with};
 use kube_testcluster::{ClusterOptions, KubeconfigAuth, TestCluster};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
-
-fn image() -> String {
-    std::env::var("KNOTLESS_TEST_IMAGE").unwrap_or_else(|_| "knotless-busybox:local".into())
-}
-
-fn kubectl_bin() -> String {
-    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn kubectl(cluster: &TestCluster, args: &[&str], stdin: Option<Vec<u8>>) -> Out {
-    kubectl_with(cluster.kubeconfig(), args, stdin).await
-}
-
-async fn kubectl_with(kubeconfig: &std::path::Path, args: &[&str], stdin: Option<Vec<u8>>) -> Out {
-    let mut cmd = Command::new(kubectl_bin());
-    cmd.env("KUBECONFIG", kubeconfig)
-        .env("HOME", std::env::temp_dir())
-        .arg("--request-timeout=60s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run kubectl: {e}"));
-    if let Some(data) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        tokio::spawn(async move {
-            let _ = pipe.write_all(&data).await;
-            let _ = pipe.shutdown().await;
-        });
-    }
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("kubectl hung")
-        .unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 fn job_manifest(name: &str) -> String {
     format!(
