@@ -156,14 +156,21 @@ impl DockerExecutor {
                     .service_failed(running, &format!("{how} before it was ready"))
                     .await);
             }
-            let ready = match &service.ready {
-                None => true,
-                Some(check) => match self.check_ready(&running.id, check).await? {
-                    (0, _) => true,
-                    (code, said) => {
-                        last_check = format!("its check exited {code}: {}", said.trim());
-                        false
-                    }
+            let checked = match &service.ready {
+                None => Ok((0, String::new())),
+                Some(check) => self.check_ready(&running.id, check).await,
+            };
+            let ready = match checked {
+                Ok((0, _)) => true,
+                Ok((code, said)) => {
+                    last_check = format!("its check exited {code}: {}", said.trim());
+                    false
+                }
+                // It may have ended between the look and the check: the
+                // engine refuses an exec in a container that stopped.
+                Err(err) => match self.engine.inspect(&running.id).await {
+                    Ok(state) if !state.running => continue,
+                    _ => return Err(err),
                 },
             };
             if ready {

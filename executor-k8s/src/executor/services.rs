@@ -54,15 +54,23 @@ impl K8sExecutor {
                 let why = format!("{} before it was ready", fate.message);
                 return Err(self.service_failed(pod, &service.name, &why).await);
             }
-            let ready = match &service.ready {
-                None => true,
-                Some(check) => match self.check_ready(pod, service, check).await? {
-                    (0, _) => true,
-                    (code, said) => {
-                        last_check = format!("its check exited {code}: {}", said.trim());
-                        false
-                    }
-                },
+            let checked = match &service.ready {
+                None => Ok((0, String::new())),
+                Some(check) => self.check_ready(pod, service, check).await,
+            };
+            let ready = match checked {
+                Ok((0, _)) => true,
+                Ok((code, said)) => {
+                    last_check = format!("its check exited {code}: {}", said.trim());
+                    false
+                }
+                // It may have ended between the look and the check: the
+                // next look at the pod says so.
+                Err(err) if err.kind() != FailureKind::Unreachable => {
+                    last_check = format!("its check failed: {err}");
+                    false
+                }
+                Err(err) => return Err(err),
             };
             if ready {
                 log.line(&format!("service {}: ready", service.name));
