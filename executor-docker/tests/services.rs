@@ -38,14 +38,20 @@ async fn services_are_hardened_found_again_spared_and_stopped_with_their_run() {
         .unwrap_or_else(|e| panic!("{e}"));
 
     let engine = executor_docker::BollardEngine::connect().await.unwrap();
-    let listed = engine.list(RUNNER_LABEL, &label_value(&fx.runner)).await.unwrap();
+    let listed = engine
+        .list(RUNNER_LABEL, &label_value(&fx.runner))
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");
     let service = listed
         .iter()
         .find(|c| c.labels.get("knotless.service").map(String::as_str) == Some("web"))
         .expect("the service's container, labelled with its name");
     let run = listed.iter().find(|c| c.id != service.id).unwrap();
-    let network = run.labels.get("knotless.network").expect("the run's own network");
+    let network = run
+        .labels
+        .get("knotless.network")
+        .expect("the run's own network");
 
     // The service has the run container's hardening and its network only.
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
@@ -55,10 +61,17 @@ async fn services_are_hardened_found_again_spared_and_stopped_with_their_run() {
         .unwrap();
     let host = inspected.host_config.unwrap_or_default();
     for cap in executor_docker::UNTRUSTED_CAP_DROP {
-        assert!(host.cap_drop.iter().flatten().any(|c| c == cap), "{:?}", host.cap_drop);
+        assert!(
+            host.cap_drop.iter().flatten().any(|c| c == cap),
+            "{:?}",
+            host.cap_drop
+        );
     }
     assert!(
-        host.security_opt.iter().flatten().any(|o| o == "no-new-privileges"),
+        host.security_opt
+            .iter()
+            .flatten()
+            .any(|o| o == "no-new-privileges"),
         "{:?}",
         host.security_opt
     );
@@ -76,7 +89,10 @@ async fn services_are_hardened_found_again_spared_and_stopped_with_their_run() {
     // Cleanup of everything spares the live run and its service.
     first.cleanup(&fx.runner, CleanupScope::All).await.unwrap();
     let left = first.leftovers(&fx.runner).await.unwrap();
-    assert!(left.contains(&service.id) && left.contains(&run.id), "{left:?}");
+    assert!(
+        left.contains(&service.id) && left.contains(&run.id),
+        "{left:?}"
+    );
 
     // The run's stop removes the service, the container and the network.
     first.stop(&handle).await.unwrap();

@@ -89,6 +89,11 @@ pub trait Cluster: Send + Sync {
     fn tls_unverified(&self) -> bool {
         false
     }
+    /// Whether the server runs native sidecars (init containers with
+    /// `restartPolicy: Always`, on by default since v1.29).
+    fn native_sidecars(&self) -> bool {
+        false
+    }
     /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`:
     /// whether the credentials may do `permission` in the namespace.
     async fn access_review(

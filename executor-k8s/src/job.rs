@@ -34,13 +34,17 @@ pub fn step_key(step: usize, key: &str) -> String {
     format!("KNOTLESS_S{step}_{key}")
 }
 
-/// Builds the run's Job and Secret. `suffix` makes the name unique.
+/// Builds the run's Job and Secret. `suffix` makes the name unique;
+/// `native_sidecars` says the server runs init containers with
+/// `restartPolicy: Always` as sidecars (v1.29 and later), which is how the
+/// run's services are then given.
 pub fn objects(
     run: &RunSpec,
     options: &K8sOptions,
     suffix: &str,
     now: u64,
     plan_digest: &str,
+    native_sidecars: bool,
 ) -> Result<RunObjects, String> {
     let image = run.image_for("k8s").map_err(|e| e.to_string())?.to_string();
     let name = environment_name(run, suffix);
@@ -115,7 +119,7 @@ pub fn objects(
     if secret.is_some() {
         pod_spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": name}}]);
     }
-    add_services(&mut pod_spec, run, options, &resources);
+    add_services(&mut pod_spec, run, options, &resources, native_sidecars);
     if !options.node_selector.is_empty() {
         pod_spec["nodeSelector"] = json!(options
             .node_selector
@@ -161,12 +165,17 @@ pub fn objects(
 /// The run's services as containers of its pod, beside the step
 /// container: they share its network, so steps reach them on `localhost`
 /// and, through the pod's host aliases, by name. Their resources and
-/// security context are the step container's.
+/// security context are the step container's. Where the server has native
+/// sidecars they are init containers with `restartPolicy: Always`, which
+/// the kubelet starts before the step container; elsewhere (before v1.29)
+/// plain containers beside it. Either way the runner waits for each to be
+/// ready, and deleting the Job ends them.
 fn add_services(
     pod_spec: &mut serde_json::Value,
     run: &RunSpec,
     options: &K8sOptions,
     resources: &serde_json::Value,
+    native_sidecars: bool,
 ) {
     if run.services.is_empty() {
         return;
@@ -182,7 +191,16 @@ fn add_services(
         if let Some(script) = &service.command {
             container["command"] = json!(["sh", "-ec", script]);
         }
-        if let Some(containers) = pod_spec["containers"].as_array_mut() {
+        let list = if native_sidecars {
+            container["restartPolicy"] = json!("Always");
+            "initContainers"
+        } else {
+            "containers"
+        };
+        if pod_spec.get(list).is_none() {
+            pod_spec[list] = json!([]);
+        }
+        if let Some(containers) = pod_spec[list].as_array_mut() {
             containers.push(container);
         }
     }
@@ -238,7 +256,7 @@ mod tests {
     fn the_job_outlives_the_outputs_phase() {
         let run = spec();
         let options = K8sOptions::default();
-        let objects = objects(&run, &options, "abc", 1000, "00").unwrap();
+        let objects = objects(&run, &options, "abc", 1000, "00", false).unwrap();
         let job = serde_json::to_value(&objects.job).unwrap();
         let lives = 600 + run.outputs_timeout.as_secs();
         let deadline = job["spec"]["activeDeadlineSeconds"].as_u64().unwrap();
@@ -257,7 +275,9 @@ mod tests {
     #[test]
     fn the_step_container_drops_every_capability_unless_asked() {
         let container = |options: &K8sOptions| {
-            let job = objects(&spec(), options, "abc", 1000, "00").unwrap().job;
+            let job = objects(&spec(), options, "abc", 1000, "00", false)
+                .unwrap()
+                .job;
             serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"]["containers"][0]
                 ["securityContext"]
                 .clone()
@@ -283,7 +303,7 @@ mod tests {
 
     #[test]
     fn secret_values_go_in_the_secret_only() {
-        let objects = objects(&spec(), &K8sOptions::default(), "abc", 1000, "00").unwrap();
+        let objects = objects(&spec(), &K8sOptions::default(), "abc", 1000, "00", false).unwrap();
         let job = serde_json::to_string(&objects.job).unwrap();
         assert!(!job.contains("s3cr3t-value"), "{job}");
         let secret = objects.secret.unwrap();
@@ -293,5 +313,41 @@ mod tests {
         );
         let meta = serde_json::to_string(&secret.metadata).unwrap();
         assert!(!meta.contains("s3cr3t-value"), "{meta}");
+    }
+
+    #[test]
+    fn services_are_native_sidecars_where_the_server_has_them() {
+        let run = spec().service(
+            executor_core::Service::new("db", "postgres:16")
+                .env("POSTGRES_PASSWORD", "pw")
+                .command("exec postgres"),
+        );
+        let pod = |native| {
+            let job = objects(&run, &K8sOptions::default(), "abc", 1000, "00", native)
+                .unwrap()
+                .job;
+            serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"].clone()
+        };
+        let native = pod(true);
+        assert_eq!(native["containers"].as_array().unwrap().len(), 1);
+        let db = &native["initContainers"][0];
+        assert_eq!(db["name"], "db");
+        assert_eq!(db["restartPolicy"], "Always");
+        assert_eq!(
+            db["command"],
+            serde_json::json!(["sh", "-ec", "exec postgres"])
+        );
+        assert_eq!(
+            db["securityContext"],
+            native["containers"][0]["securityContext"]
+        );
+        assert_eq!(
+            native["hostAliases"][0]["hostnames"],
+            serde_json::json!(["db"])
+        );
+        let plain = pod(false);
+        assert!(plain.get("initContainers").is_none());
+        assert_eq!(plain["containers"][1]["name"], "db");
+        assert!(plain["containers"][1].get("restartPolicy").is_none());
     }
 }

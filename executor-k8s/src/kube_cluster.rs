@@ -58,6 +58,8 @@ pub struct KubeCluster {
     round_trip: std::time::Duration,
     /// Whether an exec has warmed the pool yet.
     warmed: AtomicBool,
+    /// The server's version, `(major, minor)`, as it told it at connect.
+    version: Option<(u32, u32)>,
 }
 
 /// Where the kubeconfig's current user keeps its client certificate, for
@@ -168,7 +170,7 @@ impl KubeCluster {
                 bad(&e)
             }
         })?;
-        client.apiserver_version().await.map_err(|e| {
+        let info = client.apiserver_version().await.map_err(|e| {
             let what = "connecting to the cluster";
             let described = if retryable(&e) {
                 ExecutorError::unreachable(
@@ -204,6 +206,7 @@ impl KubeCluster {
             client,
             round_trip,
             warmed: AtomicBool::new(false),
+            version: version_of(&info.major, &info.minor),
             namespace,
             server,
             tls_unverified,
@@ -286,6 +289,10 @@ impl Cluster for KubeCluster {
 
     fn tls_unverified(&self) -> bool {
         self.tls_unverified
+    }
+
+    fn native_sidecars(&self) -> bool {
+        self.version.is_some_and(|v| v >= (1, 29))
     }
 
     async fn access_review(
@@ -563,4 +570,17 @@ impl ExecSession for Watched {
         }
         ended
     }
+}
+
+/// The server's `(major, minor)` from its version answer; a managed
+/// cluster's minor may carry a `+` (`"29+"`).
+fn version_of(major: &str, minor: &str) -> Option<(u32, u32)> {
+    let digits = |s: &str| -> Option<u32> {
+        s.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    };
+    Some((digits(major)?, digits(minor)?))
 }

@@ -88,35 +88,52 @@ pub enum PodState {
     Fatal(Fate),
 }
 
+/// The statuses of a pod's service containers: beside the step container,
+/// or native sidecars among its init containers.
+pub fn service_statuses(pod: &Pod) -> Vec<&k8s_openapi::api::core::v1::ContainerStatus> {
+    let Some(status) = pod.status.as_ref() else {
+        return Vec::new();
+    };
+    let all: Vec<_> = status
+        .container_statuses
+        .iter()
+        .chain(&status.init_container_statuses)
+        .flatten()
+        .collect();
+    // A pod of one container has only the step's, whatever its name.
+    if all.len() < 2 {
+        return Vec::new();
+    }
+    all.into_iter()
+        .filter(|c| c.name != crate::job::CONTAINER)
+        .collect()
+}
+
 /// What a service container's status says when it will not be ready:
 /// it ended, or it waits for a reason that will not heal.
 pub fn service_fate(pod: &Pod) -> Option<Fate> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_deref()?;
-    statuses
-        .iter()
-        .filter(|c| c.name != crate::job::CONTAINER)
-        .find_map(|c| {
-            let state = c.state.as_ref()?;
-            let message = if let Some(t) = &state.terminated {
-                format!(
-                    "exited {} ({})",
-                    t.exit_code,
-                    t.reason.clone().unwrap_or_default()
-                )
-            } else {
-                let w = state.waiting.as_ref()?;
-                let reason = w.reason.clone().unwrap_or_default();
-                if !FATAL_WAITING.iter().any(|(r, _)| *r == reason) {
-                    return None;
-                }
-                format!("{reason}: {}", w.message.clone().unwrap_or_default())
-                    .trim_end_matches(": ")
-                    .to_string()
-            };
-            let mut fate = Fate::new(FailureKind::Service, message);
-            fate.service = Some(c.name.clone());
-            Some(fate)
-        })
+    service_statuses(pod).into_iter().find_map(|c| {
+        let state = c.state.as_ref()?;
+        let message = if let Some(t) = &state.terminated {
+            format!(
+                "exited {} ({})",
+                t.exit_code,
+                t.reason.clone().unwrap_or_default()
+            )
+        } else {
+            let w = state.waiting.as_ref()?;
+            let reason = w.reason.clone().unwrap_or_default();
+            if !FATAL_WAITING.iter().any(|(r, _)| *r == reason) {
+                return None;
+            }
+            format!("{reason}: {}", w.message.clone().unwrap_or_default())
+                .trim_end_matches(": ")
+                .to_string()
+        };
+        let mut fate = Fate::new(FailureKind::Service, message);
+        fate.service = Some(c.name.clone());
+        Some(fate)
+    })
 }
 
 /// Reads a pod's status.

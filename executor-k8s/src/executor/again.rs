@@ -98,6 +98,7 @@ impl K8sExecutor {
             .map(|s| {
                 s.containers
                     .iter()
+                    .chain(s.init_containers.iter().flatten())
                     .map(|c| c.name.clone())
                     .filter(|n| n != crate::job::CONTAINER)
                     .collect()

@@ -253,6 +253,8 @@ impl Executor for K8sExecutor {
             &name_suffix(),
             executor_core::labels::unix_now(),
             &RunPlan::digest(&plan),
+            // Asked only when it matters.
+            !run.services.is_empty() && self.cluster.native_sidecars(),
         )
         .map_err(ExecutorError::InvalidInput)?;
         let name = objects.name.clone();

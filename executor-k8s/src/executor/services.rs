@@ -191,10 +191,8 @@ impl K8sExecutor {
     /// A sentence for a step that failed while a service had ended.
     pub(super) async fn stopped_services(&self, pod: &str) -> Option<String> {
         let pod = self.cluster.get_pod(pod).await.ok()??;
-        let statuses = pod.status?.container_statuses?;
-        let ended: Vec<String> = statuses
-            .iter()
-            .filter(|c| c.name != CONTAINER)
+        let ended: Vec<String> = crate::pod_status::service_statuses(&pod)
+            .into_iter()
             .filter_map(|c| {
                 let t = c.state.as_ref()?.terminated.as_ref()?;
                 Some(format!(

@@ -560,10 +560,7 @@ async fn pod_log(shared: &Shared, route: &Route, name: &str, query: &str) -> Res
     let Some(pod) = shared.store.get(Kind::Pod, ns, name) else {
         return error_response(&ApiError::not_found(Kind::Pod, name));
     };
-    let containers: Vec<&str> = pod["spec"]["containers"]
-        .as_array()
-        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
-        .unwrap_or_default();
+    let containers = crate::sidecars::container_names(&pod["spec"]);
     let container = query_get(query, "container");
     match container.as_deref() {
         Some(c) if !containers.contains(&c) => {
@@ -610,10 +607,7 @@ fn exec_refusal(
             "you must specify at least 1 of stdin, stdout, stderr",
         ));
     }
-    let containers: Vec<&str> = pod["spec"]["containers"]
-        .as_array()
-        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
-        .unwrap_or_default();
+    let containers = crate::sidecars::container_names(&pod["spec"]);
     let container = match params.container.as_deref() {
         Some(c) if containers.contains(&c) => c,
         Some(c) => {
@@ -680,6 +674,13 @@ fn discovery(shared: &Shared, method: &Method, path: &str) -> Option<Response<Bo
     let resource = |name: &str, kind: &str, namespaced: bool, verbs: &[&str]| json!({"name": name, "singularName": kind.to_lowercase(), "namespaced": namespaced, "kind": kind, "verbs": verbs});
     let crud = ["create", "delete", "get", "list", "watch"];
     let body = match path.trim_end_matches('/') {
+        // A v4-only server is one from before v1.30; this one is as old
+        // as the oldest the project proves on, with no native sidecars.
+        "/version" if shared.v4_only => json!({
+            "major": "1", "minor": "24", "gitVersion": "v1.24.17-knotless-test", "gitCommit": "0000000",
+            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.20",
+            "compiler": "gc", "platform": "linux/amd64",
+        }),
         "/version" => json!({
             "major": "1", "minor": "32", "gitVersion": "v1.32.0-knotless-test", "gitCommit": "0000000",
             "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",

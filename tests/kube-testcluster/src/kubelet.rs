@@ -368,7 +368,8 @@ impl Kubelet {
         }
         self.open_empty_dirs(&id, &spec, container).await;
         let sidecars = self.start_sidecars(ns, &pod, &spec, &id).await;
-        let (sidecar_statuses, all_running) = Self::sidecar_statuses(&spec, &sidecars);
+        let (sidecar_statuses, native_statuses, all_running) =
+            Self::sidecar_statuses(&spec, &sidecars);
         let started = timestamp();
         let ready = |c: &str| {
             if all_running {
@@ -401,6 +402,9 @@ impl Kubelet {
             })];
             statuses.extend(sidecar_statuses);
             s["containerStatuses"] = json!(statuses);
+            if !native_statuses.is_empty() {
+                s["initContainerStatuses"] = json!(native_statuses);
+            }
         });
         self.event(
             &pod,

@@ -1,7 +1,11 @@
 //! A pod's further containers, as a kubelet runs them: each from its own
 //! image, in the first container's network namespace (what a pod's pause
 //! container gives every container), with a status of its own that ends
-//! when it exits while the pod goes on running.
+//! when it exits while the pod goes on running. Native sidecars (init
+//! containers with `restartPolicy: Always`, v1.29 and later) run the same
+//! way and report under `initContainerStatuses`; the model starts them
+//! after the first container, whose namespace they join, where a kubelet
+//! starts them before it.
 
 use bollard::query_parameters::LogsOptions;
 use futures_util::StreamExt;
@@ -23,6 +27,46 @@ pub(crate) enum Sidecar {
     },
 }
 
+impl Sidecar {
+    fn name(&self) -> &str {
+        match self {
+            Sidecar::Running { name, .. } | Sidecar::Waiting { name, .. } => name,
+        }
+    }
+}
+
+/// A pod's containers after the first: its native sidecars, then the
+/// rest of `containers`.
+pub(crate) fn further_containers(spec: &Value) -> Vec<&Value> {
+    spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["restartPolicy"] == "Always")
+        .chain(spec["containers"].as_array().into_iter().flatten().skip(1))
+        .collect()
+}
+
+/// Whether `name` is one of the pod's native sidecars.
+pub(crate) fn is_native_sidecar(spec: &Value, name: &str) -> bool {
+    spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["name"] == name && c["restartPolicy"] == "Always")
+}
+
+/// Every container name of the pod: its containers, then its init ones.
+pub(crate) fn container_names(spec: &Value) -> Vec<&str> {
+    spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(spec["initContainers"].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect()
+}
+
 impl Kubelet {
     /// Starts `spec`'s containers after the first, joined to the first's
     /// (`main`) network namespace.
@@ -35,7 +79,7 @@ impl Kubelet {
     ) -> Vec<Sidecar> {
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
         let mut out = Vec::new();
-        for container in spec["containers"].as_array().into_iter().flatten().skip(1) {
+        for container in further_containers(spec) {
             let cname = container["name"].as_str().unwrap_or_default().to_string();
             let image = container["image"].as_str().unwrap_or_default().to_string();
             if self.docker.inspect_image(&image).await.is_err() {
@@ -103,41 +147,45 @@ impl Kubelet {
         out
     }
 
-    /// The status entries of `sidecars`, and whether all of them run.
-    pub(crate) fn sidecar_statuses(spec: &Value, sidecars: &[Sidecar]) -> (Vec<Value>, bool) {
+    /// The status entries of `sidecars`: those of plain containers, those
+    /// of native sidecars, and whether all of them run.
+    pub(crate) fn sidecar_statuses(
+        spec: &Value,
+        sidecars: &[Sidecar],
+    ) -> (Vec<Value>, Vec<Value>, bool) {
         let image_of = |name: &str| {
-            spec["containers"]
-                .as_array()
+            further_containers(spec)
                 .into_iter()
-                .flatten()
                 .find(|c| c["name"] == name)
                 .map(|c| c["image"].clone())
                 .unwrap_or(Value::Null)
         };
         let mut all = true;
-        let statuses = sidecars
+        let (native, plain): (Vec<&Sidecar>, Vec<&Sidecar>) = sidecars
             .iter()
-            .map(|s| match s {
-                Sidecar::Running { name, id } => json!({
-                    "name": name, "image": image_of(name), "imageID": "",
-                    "containerID": format!("docker://{id}"), "ready": true, "restartCount": 0,
-                    "started": true, "state": {"running": {"startedAt": timestamp()}},
-                }),
-                Sidecar::Waiting {
-                    name,
-                    reason,
-                    message,
-                } => {
-                    all = false;
-                    json!({
-                        "name": name, "image": image_of(name), "imageID": "", "ready": false,
-                        "restartCount": 0, "started": false,
-                        "state": {"waiting": {"reason": reason, "message": message}},
-                    })
-                }
-            })
-            .collect();
-        (statuses, all)
+            .partition(|s| is_native_sidecar(spec, s.name()));
+        let mut status_of = |s: &Sidecar| match s {
+            Sidecar::Running { name, id } => json!({
+                "name": name, "image": image_of(name), "imageID": "",
+                "containerID": format!("docker://{id}"), "ready": true, "restartCount": 0,
+                "started": true, "state": {"running": {"startedAt": timestamp()}},
+            }),
+            Sidecar::Waiting {
+                name,
+                reason,
+                message,
+            } => {
+                all = false;
+                json!({
+                    "name": name, "image": image_of(name), "imageID": "", "ready": false,
+                    "restartCount": 0, "started": false,
+                    "state": {"waiting": {"reason": reason, "message": message}},
+                })
+            }
+        };
+        let plain = plain.into_iter().map(&mut status_of).collect();
+        let native = native.into_iter().map(&mut status_of).collect();
+        (plain, native, all)
     }
 
     /// Records that the pod's container `cname` exited with `code`: its
@@ -156,8 +204,14 @@ impl Kubelet {
                     c["message"] = json!(format!("containers with unready status: [{cname}]"));
                 }
             }
-            for cs in s["containerStatuses"].as_array_mut().into_iter().flatten() {
-                if cs["name"] == cname {
+            for list in ["containerStatuses", "initContainerStatuses"] {
+                let Some(list) = s.get_mut(list).and_then(Value::as_array_mut) else {
+                    continue;
+                };
+                for cs in list.iter_mut() {
+                    if cs["name"] != cname {
+                        continue;
+                    }
                     let started = cs["state"]["running"]["startedAt"].clone();
                     cs["ready"] = json!(false);
                     cs["started"] = json!(false);

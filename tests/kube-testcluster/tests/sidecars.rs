@@ -20,7 +20,12 @@ spec:
   terminationGracePeriodSeconds: 1
   hostAliases:
   - ip: 127.0.0.1
-    hostnames: [web]
+    hostnames: [web, side]
+  initContainers:
+  - name: side
+    image: {image}
+    restartPolicy: Always
+    command: ["sh", "-ec", "echo side-car-up; mkdir -p /tmp/s; echo from-the-sidecar > /tmp/s/x; exec httpd -f -p 9090 -h /tmp/s"]
   containers:
   - name: main
     image: {image}
@@ -79,6 +84,28 @@ async fn a_pod_of_three_containers_as_kubectl_sees_it() {
     .await;
     assert_eq!(fetched.code, 0, "{}", fetched.stderr);
     assert!(fetched.stdout.contains("page"), "{}", fetched.stdout);
+
+    // A native sidecar (an init container that always restarts) runs
+    // beside them, in the same network, with a status of its own.
+    let side = kubectl(
+        &cluster,
+        // Ready means running, not listening: asked until it answers.
+        &["exec", "duo", "-c", "main", "--", "sh", "-c",
+          "for i in $(seq 1 100); do printf 'GET /x HTTP/1.0\\n\\n' | nc side 9090 && exit 0; sleep 0.05; done; exit 1"],
+        None,
+    )
+    .await;
+    assert_eq!(side.code, 0, "{}", side.stderr);
+    assert!(side.stdout.contains("from-the-sidecar"), "{}", side.stdout);
+    let init = kubectl(
+        &cluster,
+        &["get", "pod", "duo", "-o", "jsonpath={.status.initContainerStatuses[0].name} {.status.initContainerStatuses[0].ready}"],
+        None,
+    )
+    .await;
+    assert_eq!(init.stdout, "side true", "{}", init.stderr);
+    let logs = kubectl(&cluster, &["logs", "duo", "-c", "side"], None).await;
+    assert_eq!(logs.stdout, "side-car-up\n", "{}", logs.stderr);
 
     // Without -c, kubectl takes the first container and says so.
     let unnamed = kubectl(&cluster, &["logs", "duo"], None).await;
