@@ -151,8 +151,15 @@ pub fn kill_tree(pid_file: &str, outputs: &[&str]) -> String {
     format!(
         r#"trap '' PIPE
 all=; frontier=; root=
-{{ read -r root < {file}; }} 2>/dev/null
+start=; {{ read -r root start < {file}; }} 2>/dev/null
 case "$root" in ''|*[!0-9]*|0*) root=;; esac
+# A pid file outlives its process, and pids are reused: the root is only
+# the process that still has the start time the file recorded.
+if [ -n "$root" ] && [ -n "$start" ]; then
+  line=; {{ read -r line < "/proc/$root/stat"; }} 2>/dev/null; rest=${{line##*) }}
+  set -f; set -- $rest; set +f
+  [ "${{20}}" = "$start" ] || root=
+fi
 if [ -n "$root" ] && [ "$root" -gt 1 ] 2>/dev/null && [ "$root" != "$$" ] && kill -STOP "$root" 2>/dev/null; then
   all=$root; frontier=$root
 fi

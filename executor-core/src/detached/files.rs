@@ -8,8 +8,8 @@ use crate::usage::StepUsage;
 use crate::ExecutorError;
 
 /// The files of one step in the environment's state folder, all named
-/// from one prefix, `stepio-ID`: `.pid` (the supervisor's pid, the root of
-/// the kill), `.o` and `.e` (the pipes the step writes into), `.out` and
+/// from one prefix, `stepio-ID`: `.pid` (the supervisor's pid and its
+/// start time, the root of the kill), `.o` and `.e` (the pipes the step writes into), `.out` and
 /// `.err` (what it wrote), `.status` (its exit status, once it ended),
 /// and `.oom` where OOM kills were counted in the environment before the
 /// step started (how many).
@@ -37,8 +37,10 @@ impl StepFiles {
         }
     }
 
-    /// The file holding the supervisor's pid: what an interrupt kills,
-    /// with every process under it.
+    /// The file holding the supervisor's pid and its start time (in clock
+    /// ticks since boot, as `/proc/PID/stat` has it): what an interrupt
+    /// kills, with every process under it, while a process of that pid
+    /// still has that start time (pids are reused).
     pub fn pid_file(&self) -> String {
         format!("{}.pid", self.prefix)
     }

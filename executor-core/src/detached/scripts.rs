@@ -127,8 +127,9 @@ record() {
   [ -n "$held" ] || marked "$s" "$u"
   exit "$s"
 ) &
-echo $! > "$d.pid"
-wait $!"#;
+p=$!; l=; { read -r l < "/proc/$p/stat"; } 2>/dev/null; l=${l##*) }; set -f; set -- $l
+echo "$p ${20}" > "$d.pid"
+wait $p"#;
 
 /// What a gated start ([`StepFiles::gated_start_argv`](super::StepFiles::gated_start_argv)) reads before it
 /// does anything: the one line that releases it.
@@ -197,7 +198,7 @@ while :; do
   x=$o; send out 4 >&3; o=$x
   x=$e; send err 5 >&4; e=$x
   [ -n "$last" ] && break
-  p=$(cat "$d.pid" 2>/dev/null)
+  p=; { read -r p _ < "$d.pid"; } 2>/dev/null
   case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || end 3; continue;; esac
   kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || end 3
   sleep 0.2 2>/dev/null || sleep 1

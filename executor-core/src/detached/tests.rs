@@ -1202,3 +1202,48 @@ async fn a_step_reports_its_cpu_time_and_the_peak_of_its_largest_process() {
         assert!(cut.max_rss_bytes > Some(50_000_000), "{shell:?}: {cut:?}");
     }
 }
+
+/// The pid file outlives the supervisor, and a busy environment reuses
+/// pids (32768 of them by default): a kill after the step ended must not
+/// take the process that now has the supervisor's old pid for it.
+#[tokio::test]
+async fn a_kill_after_the_step_ended_spares_the_process_that_got_its_pid() {
+    for shell in shells() {
+        let (_dir, files) = state();
+        let exec = HostExec::new(&shell, &[]);
+        let start = files.start_argv("", Script::Inline("true"));
+        assert_eq!(
+            to_end(&exec, &files, &start).await,
+            StepEnd::Exited(0),
+            "{shell:?}"
+        );
+        // An unrelated process, given the supervisor's old pid: the pid
+        // file's first word is replaced, the rest of it kept.
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let written = std::fs::read_to_string(files.pid_file()).unwrap_or_default();
+        let rest = written.split_once(' ').map_or("", |(_, rest)| rest);
+        let reused = if rest.is_empty() {
+            format!("{}\n", other.id())
+        } else {
+            format!("{} {rest}", other.id())
+        };
+        std::fs::write(files.pid_file(), reused).unwrap_or_else(|e| panic!("{e}"));
+        let killed = std::process::Command::new(shell[0])
+            .args(&shell[1..])
+            .arg("-c")
+            .arg(files.kill_script())
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(killed.success(), "{shell:?}");
+        let alive = other.try_wait().unwrap_or_else(|e| panic!("{e}")).is_none();
+        let _ = other.kill();
+        let _ = other.wait();
+        assert!(
+            alive,
+            "{shell:?}: the kill took a process that only had the supervisor's old pid"
+        );
+    }
+}
