@@ -65,6 +65,7 @@ if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
   marked "$s" "$u"
   exit "$s"
 fi
+pidline() { pid_=${1%% *}; set -f; set -- ${1##*) }; set +f; echo "$pid_ ${20}"; }
 record() {
   [ -z "$3" ] || rm -f $3
   i=0
@@ -80,6 +81,7 @@ record() {
   done
 }
 (
+  l=; { read -r l < /proc/self/stat; } 2>/dev/null; pidline "$l" > "$d.pid"
   BEGIN
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
   { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
@@ -127,9 +129,7 @@ record() {
   [ -n "$held" ] || marked "$s" "$u"
   exit "$s"
 ) &
-p=$!; l=; { read -r l < "/proc/$p/stat"; } 2>/dev/null; l=${l##*) }; set -f; set -- $l
-echo "$p ${20}" > "$d.pid"
-wait $p"#;
+wait $!"#;
 
 /// What a gated start ([`StepFiles::gated_start_argv`](super::StepFiles::gated_start_argv)) reads before it
 /// does anything: the one line that releases it.

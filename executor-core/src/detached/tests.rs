@@ -1176,7 +1176,7 @@ async fn usage_of(shell: &[&str], script: &str, cuts: &[Option<u64>]) -> crate::
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {script}");
+    assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {script} cuts {cuts:?}");
     log.take_usage()
         .unwrap_or_else(|| panic!("{shell:?}: no usage for {script}"))
 }
