@@ -1218,13 +1218,29 @@ async fn a_kill_after_the_step_ended_spares_the_process_that_got_its_pid() {
             "{shell:?}"
         );
         // An unrelated process, given the supervisor's old pid: the pid
-        // file's first word is replaced, the rest of it kept.
-        let mut other = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap_or_else(|e| panic!("{e}"));
+        // file's first word is replaced, the rest of it kept. A pid comes
+        // round again only after the other 32767 have been used, so the
+        // process that gets it started later than the supervisor: one
+        // that started in the same clock tick is not kept.
         let written = std::fs::read_to_string(files.pid_file()).unwrap_or_default();
         let rest = written.split_once(' ').map_or("", |(_, rest)| rest);
+        let started = |pid: u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rsplit_once(") ").map_or("", |(_, after)| after);
+            after.split(' ').nth(19).unwrap_or_default().to_string()
+        };
+        let mut other = loop {
+            let child = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap_or_else(|e| panic!("{e}"));
+            if rest.is_empty() || started(child.id()) != rest.trim() {
+                break child;
+            }
+            let mut same_tick = child;
+            let _ = same_tick.kill();
+            let _ = same_tick.wait();
+        };
         let reused = if rest.is_empty() {
             format!("{}\n", other.id())
         } else {
