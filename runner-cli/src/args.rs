@@ -13,12 +13,16 @@ const VERSION: &str = concat!(
     ")"
 );
 
+/// What `run` and `resume` exit with, shown under their `--help`.
+const EXIT_CODES: &str = "Exit codes: 0 success, 1 a step failed, 2 usage or input error, \
+3 infrastructure error (engine or cluster unreachable, environment lost), 124 timeout, 130 cancelled.";
+
 /// Run CI runs on the shell, Docker or Kubernetes executor.
 ///
 /// Exit codes: 0 success, 1 a step failed, 2 usage or input error,
 /// 3 infrastructure error, 124 timeout, 130 cancelled.
 #[derive(Debug, Parser)]
-#[command(name = "runner-cli", version = VERSION, about, long_about = None)]
+#[command(name = "runner-cli", version = VERSION, about, long_about = None, after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -27,6 +31,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a checkout's steps in one environment and write the result JSON.
+    #[command(after_help = EXIT_CODES)]
     Run(Box<RunArgs>),
     /// Remove environments that earlier runs of a runner left behind.
     Cleanup(Box<CleanupArgs>),
@@ -34,7 +39,14 @@ pub enum Command {
     /// from where the run's log ends, run the steps after it, bring the
     /// outputs back, stop the environment and write the result (docker,
     /// k8s).
+    #[command(after_help = EXIT_CODES)]
     Resume(Box<ResumeArgs>),
+    /// Print a completion script for a shell, e.g.
+    /// `runner-cli completions bash > ~/.local/share/bash-completion/completions/runner-cli`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -180,7 +192,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_cleanup: bool,
     /// Folder for the shell executor's run folders.
-    #[arg(long, env = "RUNNER_SHELL_ROOT")]
+    #[arg(
+        long,
+        env = "RUNNER_SHELL_ROOT",
+        help_heading = "Shell (--executor shell)"
+    )]
     pub shell_root: Option<PathBuf>,
     /// A capability added to the environment (repeatable; docker, k8s),
     /// e.g. CHOWN, SETUID and SETGID for a step that installs packages as
@@ -189,22 +205,22 @@ pub struct RunArgs {
     pub cap_add: Vec<String>,
     /// A service container beside the steps (repeatable; docker, k8s):
     /// steps reach it by NAME, and the first step starts once it is ready.
-    #[arg(long = "service", value_name = "NAME=IMAGE", value_parser = crate::services::parse_named)]
+    #[arg(long = "service", value_name = "NAME=IMAGE", value_parser = crate::services::parse_named, help_heading = "Services (docker, k8s)")]
     pub services: Vec<(String, String)>,
     /// The service's command, run as `sh -ec SCRIPT` in place of its
     /// image's own (repeatable).
-    #[arg(long = "service-command", value_name = "NAME=SCRIPT", value_parser = crate::services::parse_named)]
+    #[arg(long = "service-command", value_name = "NAME=SCRIPT", value_parser = crate::services::parse_named, help_heading = "Services (docker, k8s)")]
     pub service_commands: Vec<(String, String)>,
     /// A variable of the service (repeatable).
-    #[arg(long = "service-env", value_name = "NAME:KEY=VALUE", value_parser = crate::services::parse_env)]
+    #[arg(long = "service-env", value_name = "NAME:KEY=VALUE", value_parser = crate::services::parse_env, help_heading = "Services (docker, k8s)")]
     pub service_env: Vec<(String, (String, String))>,
     /// When the service is ready: tcp:PORT (something listens on the
     /// port) or exec:SCRIPT (the script exits 0 in its container);
     /// without it, once it runs.
-    #[arg(long = "service-ready", value_name = "NAME=CHECK", value_parser = crate::services::parse_ready)]
+    #[arg(long = "service-ready", value_name = "NAME=CHECK", value_parser = crate::services::parse_ready, help_heading = "Services (docker, k8s)")]
     pub service_ready: Vec<(String, executor_core::Readiness)>,
     /// Limit of each service's start and readiness; default 2m.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Services (docker, k8s)")]
     pub service_timeout: Option<Duration>,
     #[command(flatten)]
     pub docker: DockerArgs,
@@ -231,6 +247,7 @@ fn parse_capability(text: &str) -> Result<String, String> {
 
 /// Flags of the k8s executor.
 #[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Kubernetes (--executor k8s)")]
 pub struct K8sArgs {
     /// Kubeconfig file; default KUBECONFIG, then ~/.kube/config.
     #[arg(long)]
@@ -337,6 +354,7 @@ pub fn parse_toleration(text: &str) -> Result<serde_json::Value, String> {
 
 /// Flags of the docker executor.
 #[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Docker (--executor docker)")]
 pub struct DockerArgs {
     /// Memory limit of the container: bytes, or with k, m, g (512m, 2g).
     #[arg(long, value_parser = parse_bytes)]

@@ -75,6 +75,11 @@ fn main() {
             Command::Run(args) => run::run(*args).await,
             Command::Cleanup(args) => run::cleanup(*args).await,
             Command::Resume(args) => resume::resume(*args).await,
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(shell, &mut command, "runner-cli", &mut std::io::stdout());
+                0
+            }
         }
     });
     std::process::exit(code);

@@ -63,6 +63,17 @@ impl BollardEngine {
     /// # Errors
     /// As [`BollardEngine::connect`].
     pub async fn connect_to(host: &str) -> Result<Self, ExecutorError> {
+        let schemes = ["unix://", "tcp://", "http://", "https://"];
+        if !schemes.iter().any(|s| host.starts_with(s)) {
+            let hint = if host.starts_with("ssh://") {
+                "ssh:// is not spoken here; forward the engine's socket (ssh -L) and use unix:// or tcp://"
+            } else {
+                "write it as the docker CLI takes it: unix:///var/run/docker.sock or tcp://HOST:2375"
+            };
+            return Err(ExecutorError::InvalidInput(format!(
+                "DOCKER_HOST {host:?} names no engine it can reach: {hint}"
+            )));
+        }
         let unreachable = |err: &dyn std::fmt::Display| {
             ExecutorError::unreachable(
                 "connecting to the container engine",

@@ -1,0 +1,103 @@
+//! What a new user meets before any run: `--help` grouped per backend with
+//! the exit codes, shell completions, and a `DOCKER_HOST` without a scheme.
+
+use std::process::Command;
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_runner-cli"))
+        .env_remove("RUNNER_DID")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn run_help_groups_flags_per_backend_and_names_the_exit_codes() {
+    let out = cli(&["run", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    let at = |heading: &str| {
+        help.find(heading)
+            .unwrap_or_else(|| panic!("{heading}:\n{help}"))
+    };
+    // Each backend's flags come under its heading.
+    assert!(
+        at("Docker (--executor docker):") < at("--pull <PULL>"),
+        "{help}"
+    );
+    assert!(
+        at("Kubernetes (--executor k8s):") < at("--memory-limit"),
+        "{help}"
+    );
+    assert!(
+        at("Services (docker, k8s):") < at("--service-ready"),
+        "{help}"
+    );
+    assert!(
+        at("Shell (--executor shell):") < at("--shell-root"),
+        "{help}"
+    );
+    assert!(
+        help.contains("Exit codes: 0 success, 1 a step failed, 2 usage or input error"),
+        "{help}"
+    );
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for (shell, says) in [
+        ("bash", "_runner__cli()"),
+        ("zsh", "#compdef runner-cli"),
+        ("fish", "complete -c runner-cli"),
+    ] {
+        let out = cli(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(says) && text.contains("workflow"),
+            "{shell}: {text}"
+        );
+    }
+    let out = cli(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_docker_host_without_a_scheme_is_exit_2_saying_how_to_write_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "a\ttrue\n").unwrap();
+    for (host, says) in [
+        ("localhost:2375", "tcp://HOST:2375"),
+        ("/var/run/docker.sock", "unix:///var/run/docker.sock"),
+        ("ssh://me@host", "ssh -L"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_runner-cli"))
+            .env("DOCKER_HOST", host)
+            .args([
+                "run",
+                "--executor",
+                "docker",
+                "--image",
+                "busybox",
+                "--name",
+                "h",
+                "--runner",
+                "did:plc:h",
+            ])
+            .arg("--steps-file")
+            .arg(&steps)
+            .arg("--result")
+            .arg(dir.path().join("result.json"))
+            .arg("--outputs")
+            .arg(dir.path().join("out"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{host}: {err}");
+        assert!(
+            err.contains("DOCKER_HOST") && err.contains(says),
+            "{host}: {err}"
+        );
+    }
+}
