@@ -127,6 +127,40 @@ impl Service {
     }
 }
 
+/// `outcome` of a step, a failed step's reason followed by what `stopped`
+/// says of the services that ended during it. `stopped` is awaited only
+/// for a failed step: a dead database is why a test step fails, and a
+/// step that succeeded costs no look at the services.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use executor_core::CommandOutcome;
+/// use executor_core::service::naming_stopped;
+/// let failed = Ok(CommandOutcome::Exited { code: 1, reason: None });
+/// let named = naming_stopped(failed, async { Some("service db exited 137 during the step".into()) }).await;
+/// assert!(matches!(named, Ok(CommandOutcome::Exited { code: 1, reason: Some(r) }) if r.contains("db")));
+/// # }
+/// ```
+///
+/// # Errors
+/// None of its own: an `outcome` that is an error is returned as it is.
+pub async fn naming_stopped(
+    outcome: Result<crate::CommandOutcome, crate::ExecutorError>,
+    stopped: impl std::future::Future<Output = Option<String>>,
+) -> Result<crate::CommandOutcome, crate::ExecutorError> {
+    match outcome {
+        Ok(crate::CommandOutcome::Exited { code, reason }) if code != 0 => {
+            let reason = match (reason, stopped.await) {
+                (Some(r), Some(s)) => Some(format!("{r}; {s}")),
+                (r, s) => r.or(s),
+            };
+            Ok(crate::CommandOutcome::Exited { code, reason })
+        }
+        other => other,
+    }
+}
+
 /// The shell test, with only `sh`'s own builtins, that something listens
 /// on TCP `port` in the namespace it runs in: a `LISTEN` (state `0A`) row
 /// for the port in `/proc/net/tcp` or `/proc/net/tcp6`.

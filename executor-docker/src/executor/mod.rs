@@ -263,7 +263,8 @@ impl Executor for DockerExecutor {
         // The next steps' starts open while this one runs.
         self.open_ahead(id, &run.work_dir, step, start);
         let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
-        self.naming_stopped_services(id, outcome).await
+        // A run without services has none that stopped: no engine call.
+        executor_core::service::naming_stopped(outcome, self.stopped_services(id)).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {

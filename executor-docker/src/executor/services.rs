@@ -277,27 +277,6 @@ impl DockerExecutor {
         }
     }
 
-    /// `outcome` of a step in run `id`; a failed step's names each
-    /// service that has stopped. Only a failed step costs that look: a dead
-    /// database is why a test step fails.
-    pub(super) async fn naming_stopped_services(
-        &self,
-        id: &str,
-        outcome: Result<CommandOutcome, ExecutorError>,
-    ) -> Result<CommandOutcome, ExecutorError> {
-        match outcome {
-            Ok(CommandOutcome::Exited { code, reason }) if code != 0 && self.has_services(id) => {
-                let stopped = self.stopped_services(id).await;
-                let reason = match (reason, stopped) {
-                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
-                    (r, s) => r.or(s),
-                };
-                Ok(CommandOutcome::Exited { code, reason })
-            }
-            other => other,
-        }
-    }
-
     /// Where run `id`'s services' output goes at stop: the first log a
     /// step of it wrote to (a resumed run's new log).
     pub(super) fn keep_log_for_services(&self, id: &str, log: &RunLog) {

@@ -401,7 +401,7 @@ impl Executor for K8sExecutor {
                 l.log = Some(log.clone());
             }
         }
-        self.naming_stopped_services(&live.pod, outcome).await
+        executor_core::service::naming_stopped(outcome, self.stopped_services(&live.pod)).await
     }
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {

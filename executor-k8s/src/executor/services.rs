@@ -166,28 +166,6 @@ impl K8sExecutor {
         }
     }
 
-    /// `outcome` of a step in `pod`; a failed step's names each service
-    /// that has ended. Only a failed step costs that look: a dead database
-    /// is why a test step fails.
-    pub(super) async fn naming_stopped_services(
-        &self,
-        pod: &str,
-        outcome: Result<executor_core::CommandOutcome, ExecutorError>,
-    ) -> Result<executor_core::CommandOutcome, ExecutorError> {
-        use executor_core::CommandOutcome;
-        match outcome {
-            Ok(CommandOutcome::Exited { code, reason }) if code != 0 => {
-                let stopped = self.stopped_services(pod).await;
-                let reason = match (reason, stopped) {
-                    (Some(r), Some(s)) => Some(format!("{r}; {s}")),
-                    (r, s) => r.or(s),
-                };
-                Ok(CommandOutcome::Exited { code, reason })
-            }
-            other => other,
-        }
-    }
-
     /// A sentence for a step that failed while a service had ended.
     pub(super) async fn stopped_services(&self, pod: &str) -> Option<String> {
         let pod = self.cluster.get_pod(pod).await.ok()??;
