@@ -38,6 +38,11 @@ engine_answers() {
 command -v curl >/dev/null || apt_install curl ca-certificates
 # The tenant tests issue certificates as a cluster admin would.
 command -v openssl >/dev/null || apt_install openssl
+# The registry-credentials test pulls from a real registry that needs a
+# login (Debian's docker-registry, with an htpasswd file made by htpasswd).
+# Debian's package would start one as a service where systemd runs; the
+# test starts its own, on a port of its own.
+{ command -v docker-registry >/dev/null && command -v htpasswd >/dev/null; } || apt_install docker-registry apache2-utils
 
 # KNOTLESS_ENGINE=podman skips an existing Docker engine, to test on podman.
 WANT="${KNOTLESS_ENGINE:-auto}"

@@ -31,6 +31,7 @@ mod dry_run;
 pub mod engine;
 mod executor;
 mod pooled;
+mod registry_auth;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +42,7 @@ use executor_core::ExecutorError;
 pub use bollard_engine::BollardEngine;
 pub use dry_run::DryRunEngine;
 pub use executor::{DockerExecutor, UNTRUSTED_CAP_DROP};
+pub use registry_auth::{Credentials, RegistryAuth, Secret};
 
 /// The default pids limit: room for any build's parallel jobs, far from
 /// what a fork bomb needs to starve the host.
@@ -95,6 +97,9 @@ pub struct DockerOptions {
     /// image needs no tool for it. `Auto` compresses when the engine's
     /// round trip, timed at connect, shows a link between machines.
     pub compression: Compression,
+    /// The credentials image pulls send. `None` reads them as the docker
+    /// CLI does at connect ([`RegistryAuth::from_docker_config`]).
+    pub registry_auth: Option<RegistryAuth>,
 }
 
 impl Default for DockerOptions {
@@ -112,6 +117,7 @@ impl Default for DockerOptions {
             expiry_grace: Duration::from_secs(300),
             reconnect_timeout: Duration::from_secs(300),
             compression: Compression::Auto,
+            registry_auth: None,
         }
     }
 }
@@ -125,9 +131,14 @@ impl DockerExecutor {
     /// `Backend` of kind `unreachable` when no engine answers where it looked;
     /// as [`BollardEngine::connect`].
     pub async fn connect(options: DockerOptions) -> Result<Self, ExecutorError> {
+        let registry_auth = match &options.registry_auth {
+            Some(auth) => auth.clone(),
+            None => RegistryAuth::from_docker_config()?,
+        };
         let engine = BollardEngine::connect()
             .await?
-            .reconnect_timeout(options.reconnect_timeout);
+            .reconnect_timeout(options.reconnect_timeout)
+            .registry_auth(registry_auth);
         let round_trip = engine.round_trip();
         Ok(Self::with_engine(Arc::new(engine), options).measured(round_trip))
     }

@@ -10,9 +10,8 @@ use bollard::models::{
     NetworkingConfig,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions,
-    InspectContainerOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
-    UploadToContainerOptions,
+    CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
+    ListContainersOptions, ListVolumesOptions, RemoveContainerOptions, UploadToContainerOptions,
 };
 use bollard::Docker;
 use executor_core::outage::ride_out;
@@ -22,6 +21,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
 mod networks;
+mod pull;
 
 use crate::engine::{
     ContainerSpec, ContainerState, Engine, ExecInput, ExecOutput, ExecSpec, ExecState, Listed,
@@ -41,6 +41,8 @@ pub struct BollardEngine {
     /// Whether the client keeps connections ([`crate::pooled`]): then each
     /// exec's start has one warmed for the next.
     pooled: bool,
+    /// The credentials pulls send.
+    registry_auth: crate::RegistryAuth,
 }
 
 impl BollardEngine {
@@ -115,6 +117,7 @@ impl BollardEngine {
             reconnect_timeout: crate::DockerOptions::default().reconnect_timeout,
             round_trip,
             pooled,
+            registry_auth: crate::RegistryAuth::default(),
         })
     }
 
@@ -130,6 +133,13 @@ impl BollardEngine {
     /// creating an exec.
     pub fn reconnect_timeout(mut self, within: std::time::Duration) -> Self {
         self.reconnect_timeout = within;
+        self
+    }
+
+    /// The credentials pulls send to each registry (none by default: every
+    /// pull is anonymous), e.g. [`RegistryAuth::from_docker_config`](crate::RegistryAuth::from_docker_config).
+    pub fn registry_auth(mut self, auth: crate::RegistryAuth) -> Self {
+        self.registry_auth = auth;
         self
     }
 }
@@ -227,29 +237,6 @@ fn fail(context: impl Into<String>) -> impl Fn(bollard::errors::Error) -> Execut
             other => ExecutorError::unreachable(context.clone(), other.to_string()),
         };
         described.with_source(err)
-    }
-}
-
-/// An image pull's failure: transient when the registry did not answer or
-/// was overloaded, not when it answered that the image is missing or refused.
-fn pull_failed(image: &str) -> impl Fn(bollard::errors::Error) -> ExecutorError + '_ {
-    move |err| {
-        let context = format!("pulling image {image}");
-        let message = match &err {
-            bollard::errors::Error::DockerResponseServerError {
-                message,
-                status_code,
-            } => format!("{message} (HTTP {status_code})"),
-            bollard::errors::Error::DockerStreamError { error } => error.clone(),
-            // No answer from the engine itself.
-            _ => return fail(context)(err),
-        };
-        ExecutorError::image(
-            context,
-            &message,
-            executor_core::failure::transient_pull_error(&message),
-        )
-        .with_source(err)
     }
 }
 
@@ -472,17 +459,7 @@ impl Engine for BollardEngine {
     }
 
     async fn pull(&self, image: &str) -> Result<(), ExecutorError> {
-        let (repo, tag) = pull_reference(image);
-        let options = CreateImageOptions {
-            from_image: Some(repo.to_string()),
-            tag: Some(tag.to_string()),
-            ..Default::default()
-        };
-        let mut progress = self.docker.create_image(Some(options), None, None);
-        while let Some(item) = progress.next().await {
-            item.map_err(pull_failed(image))?;
-        }
-        Ok(())
+        pull::pull(&self.docker, &self.registry_auth, image).await
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
@@ -735,75 +712,5 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
             ..Default::default()
         }),
         ..Default::default()
-    }
-}
-
-/// What the engine's pull takes for `image`: the repository, and the tag
-/// or, for a reference pinned by digest (`repo[:tag]@sha256:...`), the
-/// digest, as the docker CLI sends them.
-fn pull_reference(image: &str) -> (&str, &str) {
-    match image.split_once('@') {
-        Some((name, digest)) => (split_tag(name).0, digest),
-        None => split_tag(image),
-    }
-}
-
-/// `repo[:tag]`, where a `:` inside a registry host's port is not a tag.
-fn split_tag(image: &str) -> (&str, &str) {
-    match image.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
-        _ => (image, "latest"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn tags() {
-        assert_eq!(super::split_tag("busybox"), ("busybox", "latest"));
-        assert_eq!(
-            super::split_tag("r:5000/busybox:1"),
-            ("r:5000/busybox", "1")
-        );
-        assert_eq!(
-            super::split_tag("r:5000/busybox"),
-            ("r:5000/busybox", "latest")
-        );
-    }
-
-    #[test]
-    fn digests() {
-        let digest = "sha256:0f0b1e5a3ea1a1a6c6ec1d3aa8d5e0e4e5f5e1f0e6e9c8f7b6a5d4c3b2a1f0e9";
-        for (image, repo) in [
-            (format!("busybox@{digest}"), "busybox"),
-            (format!("busybox:1.36@{digest}"), "busybox"),
-            (
-                format!("r:5000/team/busybox@{digest}"),
-                "r:5000/team/busybox",
-            ),
-        ] {
-            assert_eq!(super::pull_reference(&image), (repo, digest), "{image}");
-        }
-        assert_eq!(super::pull_reference("busybox:1"), ("busybox", "1"));
-    }
-
-    #[test]
-    fn pull_errors_are_transient_only_when_the_registry_did_not_answer() {
-        for transient in [
-            "Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io on 127.0.0.53:53: server misbehaving",
-            "Get \"https://r.example/v2/\": net/http: TLS handshake timeout",
-            "toomanyrequests: You have reached your pull rate limit.",
-            "received unexpected HTTP status: 503 Service Unavailable",
-        ] {
-            assert!(executor_core::failure::transient_pull_error(transient), "{transient}");
-        }
-        for permanent in [
-            "manifest for busybox:nope not found: manifest unknown: manifest unknown",
-            "pull access denied for private/x, repository does not exist or may require 'docker login'",
-            "invalid reference format",
-            "something nobody has seen before",
-        ] {
-            assert!(!executor_core::failure::transient_pull_error(permanent), "{permanent}");
-        }
     }
 }
