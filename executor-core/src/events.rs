@@ -317,10 +317,16 @@ impl Event {
         }
     }
 
-    /// The runner line the text log shows for this event, if it shows one
-    /// (output is shown as it is; cache events follow the lines the cache
-    /// phase writes itself).
-    pub(crate) fn line(&self) -> Option<String> {
+    /// The runner line the text log shows for this event (after its
+    /// `==> `), if it shows one: output is shown as it is, and cache
+    /// events follow the lines the cache phase writes itself. A sink that
+    /// shows progress somewhere else (a terminal, a chat) can show these.
+    ///
+    /// ```
+    /// use executor_core::events::Event;
+    /// assert_eq!(Event::message("pulling busybox").line().as_deref(), Some("pulling busybox"));
+    /// ```
+    pub fn line(&self) -> Option<String> {
         Some(match self {
             Event::RunStarted {
                 name,

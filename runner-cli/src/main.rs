@@ -33,6 +33,7 @@ mod backends;
 mod flags;
 mod foreign;
 mod outputs;
+mod progress;
 mod resume;
 mod run;
 mod secrets;

@@ -118,6 +118,7 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         log.timestamps();
     }
     log.limit_output(args.log_limit.0);
+    log.add_sink(crate::progress::on_stderr());
     if let Some(path) = &args.events {
         match crate::run::events_sink(path, true) {
             Ok(sink) => log.add_sink(sink),

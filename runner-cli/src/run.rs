@@ -93,6 +93,9 @@ pub async fn run(args: RunArgs) -> i32 {
         log.timestamps();
     }
     log.limit_output(args.log_limit.0);
+    if args.log != "-" && !args.dry_run {
+        log.add_sink(crate::progress::on_stderr());
+    }
     if let (Some(path), false) = (&args.events, args.dry_run) {
         match events_sink(path, false) {
             Ok(sink) => log.add_sink(sink),

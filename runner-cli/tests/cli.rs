@@ -1149,3 +1149,39 @@ fn dash_is_standard_input_or_output_and_two_outputs_there_are_refused() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_run_logging_to_a_file_shows_its_progress_on_the_terminal() {
+    let case = Case::new();
+    let out = case
+        .run(
+            "build\techo built-output\nfail\tprintf 'e\\\\033[2J' >&2; exit 4\nlast\techo never\n",
+            &[],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let err = stderr(&out);
+    for line in [
+        "==> step build: started",
+        "==> step build: success (exit 0",
+        "==> step fail: failed (exit 4",
+        "==> step last: skipped after an earlier step failed",
+        "==> summary:",
+        "==> run cli-test: failed",
+    ] {
+        assert!(err.contains(line), "{line:?} missing from stderr: {err}");
+    }
+    // The runner's lines only: the step's output stays in the log file.
+    assert!(!err.contains("built-output"), "{err}");
+    assert!(case.log().contains("built-output"));
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    // With the log on stdout, the terminal already has it: nothing twice.
+    let case = Case::new();
+    let out = case
+        .run("build\techo built-output\n", &["--log", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0);
+    assert!(!stderr(&out).contains("==> step build"), "{}", stderr(&out));
+}
