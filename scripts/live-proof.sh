@@ -165,8 +165,9 @@ if [ -n "${RESUME_CHECK:-}" ]; then
   kill -KILL "$runner"
   wait "$runner" 2>/dev/null || true
   set +e
-  "$RUNNER_CLI" resume --executor k8s "${ns_flag[@]}" --name "$RNAME" --runner "$RUNNER" \
-    --outputs "$OUT/$RNAME.outputs" --result "$OUT/$RNAME.json" --log "$OUT/$RNAME.log"
+  # The four flags only: the namespace, outputs and result are the run's
+  # own, from its record beside the log.
+  "$RUNNER_CLI" resume --executor k8s --name "$RNAME" --runner "$RUNNER" --log "$OUT/$RNAME.log"
   rcode=$?
   set -e
   echo "== runner-cli resume exited $rcode"

@@ -34,6 +34,7 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Run(Box<RunArgs>),
     /// Remove environments that earlier runs of a runner left behind.
+    #[command(after_help = "Exit codes: 0 done, 2 usage or input error, 3 infrastructure error (engine or cluster unreachable).")]
     Cleanup(Box<CleanupArgs>),
     /// Carry on a run whose runner was killed: follow the running step
     /// from where the run's log ends, run the steps after it, bring the
@@ -422,6 +423,67 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
     n.checked_mul(scale).filter(|v| *v > 0).ok_or_else(bad)
 }
 
+/// How `resume` and `cleanup` reach the cluster: `run`'s connection flags.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Kubernetes (--executor k8s)")]
+pub struct ReachArgs {
+    /// Kubeconfig file; default KUBECONFIG, then ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; default the current context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace; default the context's, then `default`.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Accept a kubeconfig whose cluster sets insecure-skip-tls-verify.
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Accept a kubeconfig whose server is plain http://.
+    #[arg(long)]
+    pub insecure_plain_http: bool,
+    /// How long an engine or API server that does not answer is waited
+    /// for (default 5m).
+    #[arg(long, value_parser = parse_duration)]
+    pub reconnect_timeout: Option<Duration>,
+    /// Compress transfers: auto, always or never (default auto).
+    #[arg(long, value_parser = parse_compression)]
+    pub compression: Option<executor_core::tar::Compression>,
+}
+
+impl ReachArgs {
+    /// The flags given, over `k8s`.
+    pub fn over(&self, k8s: &mut K8sArgs) {
+        if self.kubeconfig.is_some() {
+            k8s.kubeconfig.clone_from(&self.kubeconfig);
+        }
+        if self.context.is_some() {
+            k8s.context.clone_from(&self.context);
+        }
+        if self.namespace.is_some() {
+            k8s.namespace.clone_from(&self.namespace);
+        }
+        k8s.insecure_skip_tls_verify |= self.insecure_skip_tls_verify;
+        k8s.insecure_plain_http |= self.insecure_plain_http;
+        if let Some(t) = self.reconnect_timeout {
+            k8s.reconnect_timeout = t;
+        }
+        if let Some(c) = self.compression {
+            k8s.compression = c;
+        }
+    }
+}
+
+/// The k8s flags as `run` has them when none is given.
+pub fn k8s_defaults() -> K8sArgs {
+    use clap::FromArgMatches;
+    let cmd = K8sArgs::augment_args(clap::Command::new("defaults"));
+    cmd.try_get_matches_from(["defaults"])
+        .ok()
+        .and_then(|m| K8sArgs::from_arg_matches(&m).ok())
+        .unwrap_or_default()
+}
+
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// Backend the run is on: docker or k8s (the shell's runs end with
@@ -434,44 +496,44 @@ pub struct ResumeArgs {
     /// The run's name, as given to `run`.
     #[arg(long)]
     pub name: String,
-    /// Host folder that receives OUTPUTS_DIR.
-    #[arg(long, default_value = "outputs")]
-    pub outputs: PathBuf,
-    /// Where the result JSON goes.
-    #[arg(long, default_value = "result.json")]
-    pub result: PathBuf,
-    /// The run's log file, as given to `run` (with its mark, LOG.mark,
-    /// beside it): the run goes on from where it ends, and is written on.
+    /// The run's log file, as given to `run` (with its mark, LOG.mark, and
+    /// its record, LOG.run, beside it): the run goes on from where it
+    /// ends, and is written on. The rest of what `run` was given is read
+    /// from the record; a flag below given here replaces it.
     #[arg(long)]
     pub log: PathBuf,
-    /// Start every new line of the run log with its time, as `run` did.
+    /// Host folder that receives OUTPUTS_DIR; default the run's.
+    #[arg(long)]
+    pub outputs: Option<PathBuf>,
+    /// Where the result JSON goes; default the run's.
+    #[arg(long)]
+    pub result: Option<PathBuf>,
+    /// Start every new line of the run log with its time (on when the
+    /// run had it).
     #[arg(long)]
     pub timestamps: bool,
-    /// The --log-limit given to `run`: the log's bytes so far count.
-    #[arg(long, value_name = "SIZE", default_value = "64m", value_parser = parse_log_limit)]
-    pub log_limit: LogLimit,
+    /// The log's output limit; default the run's (its bytes so far count).
+    #[arg(long, value_name = "SIZE", value_parser = parse_log_limit)]
+    pub log_limit: Option<LogLimit>,
     /// Also write the resumed part's events as JSON lines, after what the
-    /// file holds (give the `--events` file of `run` to have them all in
-    /// one), or `-` for stdout.
+    /// file holds; default the run's `--events` file, `-` for stdout.
     #[arg(long)]
     pub events: Option<String>,
-    /// The run's secret variables again, as given to `run`, for the log
-    /// to mask them (the environment still holds them).
+    /// A secret variable to mask, besides those the run named (their
+    /// values are read again from the environment).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
-    /// As `--secret`, from a file, as given to `run`.
+    /// As `--secret`, from a file, besides the run's.
     #[arg(long = "secret-file", value_name = "NAME=PATH", value_parser = crate::secrets::parse_secret_file)]
     pub secret_files: Vec<(String, PathBuf)>,
-    /// Host folder of the caches, as given to `run`.
+    /// Host folder of the caches; default the run's.
     #[arg(long, env = "RUNNER_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
-    /// Largest cache saved back: bytes, or with k, m, g.
-    #[arg(long, default_value = "10g", value_parser = parse_bytes)]
-    pub cache_max: i64,
+    /// Largest cache saved back: bytes, or with k, m, g; default the run's.
+    #[arg(long, value_parser = parse_bytes)]
+    pub cache_max: Option<i64>,
     #[command(flatten)]
-    pub docker: DockerArgs,
-    #[command(flatten)]
-    pub k8s: K8sArgs,
+    pub reach: ReachArgs,
 }
 
 #[derive(Debug, Args)]
@@ -493,7 +555,7 @@ pub struct CleanupArgs {
     #[arg(long, env = "RUNNER_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
     #[command(flatten)]
-    pub k8s: K8sArgs,
+    pub reach: ReachArgs,
 }
 
 /// The journal of environments runs could not remove: beside the cache

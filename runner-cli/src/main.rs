@@ -34,6 +34,7 @@ mod flags;
 mod foreign;
 mod outputs;
 mod progress;
+mod record;
 mod resume;
 mod run;
 mod secrets;

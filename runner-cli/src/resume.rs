@@ -6,12 +6,34 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{DockerArgs, ExecutorKind, ResumeArgs};
 use crate::backends::{self, BackendOptions, BuildError};
+use crate::record::RunRecord;
 use crate::run::{report, stop_timeout_of, Signals};
 use crate::EXIT_INPUT;
 
 /// Resumes and returns the process exit code: the run's own, as `run`
 /// would have returned it; 2 when there is nothing to resume.
 pub async fn resume(args: ResumeArgs) -> i32 {
+    let record = match RunRecord::read(&args.log) {
+        Ok(record) => record,
+        Err(msg) => {
+            say!("runner-cli: --log {}: {msg}", args.log.display());
+            return EXIT_INPUT;
+        }
+    };
+    if let Some(record) = &record {
+        if record.name != args.name || record.runner != args.runner {
+            say!(
+                "runner-cli: --log {} is the log of run {:?} of runner {}, not of --name {:?} --runner {}; give the log of the run to resume",
+                args.log.display(),
+                record.name,
+                record.runner,
+                args.name,
+                args.runner
+            );
+            return EXIT_INPUT;
+        }
+    }
+    let args = Resume::from(args, record);
     let cancel = CancellationToken::new();
     match Signals::install() {
         Ok(signals) => {
@@ -57,10 +79,10 @@ pub async fn resume(args: ResumeArgs) -> i32 {
             return EXIT_INPUT;
         }
     }
-    let docker: &DockerArgs = &args.docker;
+    let docker = DockerArgs::default();
     let options = BackendOptions {
         shell_root: None,
-        docker,
+        docker: &docker,
         k8s: &args.k8s,
         cap_add: &[],
         untrusted: false,
@@ -153,4 +175,83 @@ pub async fn resume(args: ResumeArgs) -> i32 {
     .await;
     crate::outputs::mark(&args.outputs, &result.name);
     report(result, &log, &args.result, &args.log.display().to_string()).await
+}
+
+/// What a resume goes on with: its flags, and for those not given, the
+/// run's record (else `run`'s defaults).
+struct Resume {
+    executor: ExecutorKind,
+    runner: String,
+    name: String,
+    log: std::path::PathBuf,
+    outputs: std::path::PathBuf,
+    result: std::path::PathBuf,
+    timestamps: bool,
+    log_limit: crate::args::LogLimit,
+    events: Option<String>,
+    secrets: Vec<String>,
+    secret_files: Vec<(String, std::path::PathBuf)>,
+    cache_dir: Option<std::path::PathBuf>,
+    cache_max: i64,
+    k8s: crate::args::K8sArgs,
+}
+
+impl Resume {
+    fn from(args: ResumeArgs, record: Option<RunRecord>) -> Self {
+        let mut k8s = crate::args::k8s_defaults();
+        if let Some(record) = &record {
+            record.reach(&mut k8s);
+        }
+        args.reach.over(&mut k8s);
+        let mut secrets = record
+            .as_ref()
+            .map(|r| r.secrets.clone())
+            .unwrap_or_default();
+        for name in args.secrets {
+            if !secrets.contains(&name) {
+                secrets.push(name);
+            }
+        }
+        let mut secret_files = record
+            .as_ref()
+            .map(|r| r.secret_files.clone())
+            .unwrap_or_default();
+        for file in args.secret_files {
+            if !secret_files.contains(&file) {
+                secret_files.push(file);
+            }
+        }
+        Resume {
+            executor: args.executor,
+            runner: args.runner,
+            name: args.name,
+            outputs: args
+                .outputs
+                .or_else(|| record.as_ref().map(|r| r.outputs.clone()))
+                .unwrap_or_else(|| "outputs".into()),
+            result: args
+                .result
+                .or_else(|| record.as_ref().map(|r| r.result.clone()))
+                .unwrap_or_else(|| "result.json".into()),
+            timestamps: args.timestamps || record.as_ref().is_some_and(|r| r.timestamps),
+            log_limit: args
+                .log_limit
+                .or_else(|| record.as_ref().map(|r| crate::args::LogLimit(r.log_limit)))
+                .unwrap_or(crate::args::LogLimit(Some(64 << 20))),
+            events: args
+                .events
+                .or_else(|| record.as_ref().and_then(|r| r.events.clone())),
+            secrets,
+            secret_files,
+            cache_dir: args
+                .cache_dir
+                .or_else(|| record.as_ref().and_then(|r| r.cache_dir.clone())),
+            cache_max: args
+                .cache_max
+                .or_else(|| record.as_ref().map(|r| r.cache_max))
+                .unwrap_or(10 << 30),
+            log: args.log,
+            k8s,
+        }
+    }
 }

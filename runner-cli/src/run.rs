@@ -95,6 +95,13 @@ pub async fn run(args: RunArgs) -> i32 {
     log.limit_output(args.log_limit.0);
     if args.log != "-" && !args.dry_run {
         log.add_sink(crate::progress::on_stderr());
+        let record = crate::record::RunRecord::of(&args);
+        if let Err(err) = record.write(Path::new(&args.log)) {
+            say!(
+                "runner-cli: cannot write the run's record {} ({err}); a resume of this run will need the flags given here",
+                crate::record::path(Path::new(&args.log)).display()
+            );
+        }
     }
     if let (Some(path), false) = (&args.events, args.dry_run) {
         match events_sink(path, false) {
@@ -462,10 +469,12 @@ impl Signals {
 /// Runs `cleanup` and returns the exit code.
 pub async fn cleanup(args: CleanupArgs) -> i32 {
     let docker = DockerArgs::default();
+    let mut k8s = crate::args::k8s_defaults();
+    args.reach.over(&mut k8s);
     let options = BackendOptions {
         shell_root: args.shell_root.clone(),
         docker: &docker,
-        k8s: &args.k8s,
+        k8s: &k8s,
         cap_add: &[],
         untrusted: false,
         for_cleanup: true,

@@ -547,7 +547,10 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
     // The events file of a runner killed mid-line: resume ends the line.
     let events_file = dir.path().join("events.jsonl");
     std::fs::write(&events_file, "{\"event\":\"output\",\"te").unwrap();
-    let resume = |secret: bool| {
+    // Only the four flags, and the two this test sends elsewhere: the
+    // outputs folder, the caches and the secret's name come from the run's
+    // record beside its log.
+    let resume = |token_in_env: bool| {
         let mut cmd = cli();
         cmd.args(["resume", "--executor", "docker", "--name", "resumed"])
             .args(["--runner", &runner])
@@ -555,23 +558,34 @@ fn a_runner_killed_with_sigkill_mid_step_is_resumed_and_finishes_the_run() {
             .arg(&log)
             .arg("--events")
             .arg(&events_file)
-            .arg("--outputs")
-            .arg(&outputs)
             .arg("--result")
             .arg(dir.path().join("resumed.json"))
-            .arg("--cache-dir")
-            .arg(&cache_dir)
-            .env("TOKEN", token);
-        if secret {
-            cmd.args(["--secret", "TOKEN"]);
+            .env_remove("RUNNER_CACHE_DIR");
+        if token_in_env {
+            cmd.env("TOKEN", token);
+        } else {
+            cmd.env_remove("TOKEN");
         }
         cmd.output().unwrap()
     };
-    // Without the secret the log could not mask it: refused, run left as it is.
+    // Without the secret's value the log could not mask it: refused, run
+    // left as it is.
     let refused = resume(false);
     let said = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert_eq!(refused.status.code(), Some(2), "{said}");
     assert!(said.contains("TOKEN"), "{said}");
+    // Another run's name with this log: refused, naming the log's run.
+    let other = cli()
+        .args(["resume", "--executor", "docker", "--name", "other"])
+        .args(["--runner", &runner])
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&other.stderr).into_owned();
+    assert_eq!(other.status.code(), Some(2), "{said}");
+    assert!(said.contains("is the log of run \"resumed\""), "{said}");
+    assert_eq!(std::fs::read(&log).unwrap().len(), log_before.len());
 
     let resumed = resume(true);
     let said = String::from_utf8_lossy(&resumed.stderr).into_owned();
@@ -696,8 +710,8 @@ fn resume_of_an_unknown_log_or_on_the_shell_is_exit_2() {
 
 /// What bounds a step is the run's, not the resuming runner's: a run
 /// started with `--user 1000:1000` and resumed after `kill -9` without
-/// `--user` runs its remaining steps as 1000 (they ran as root), and a
-/// resume that names another user is refused before anything is touched.
+/// `--user` runs its remaining steps as 1000 (they ran as root), and
+/// resume has no `--user` to name another with.
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"
@@ -750,10 +764,11 @@ fn a_resumed_run_keeps_the_user_its_steps_ran_as() {
             .unwrap()
     };
     let log_before = std::fs::read(&log).unwrap();
+    // Resume takes no bounds at all: they are the environment's.
     let refused = resume(&["--user", "0"]);
     let said = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert!(said.contains("1000:1000"), "{said}");
+    assert!(said.contains("--user"), "{said}");
     assert_eq!(
         std::fs::read(&log).unwrap(),
         log_before,
@@ -851,4 +866,76 @@ fn an_image_without_sh_is_an_image_failure_not_retried() {
         out.status.code(),
         Some(executor_core::FailureKind::Image.exit_code())
     );
+}
+
+/// The README's resume example, run as written (the binary in place of
+/// `runner-cli`): the run is killed with SIGKILL mid-step, and the resume
+/// with its four flags finishes it, every line once.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn the_readme_resume_example_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.contains("runner-cli resume"))
+        .expect("the README shows the resume example");
+    let bin = env!("CARGO_BIN_EXE_runner-cli");
+    let (run, resume) = block
+        .split_once("\n# ... the runner is killed mid-step ...\n")
+        .expect("the example's two commands");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("steps.tsv"),
+        "tick\ti=0; while [ $i -lt 30 ]; do echo tick-$i; sleep 0.1; i=$((i+1)); done\n",
+    )
+    .unwrap();
+    let mut child = Command::new("sh")
+        .arg("-ec")
+        .arg(format!("exec {}", run.replacen("runner-cli", bin, 1)))
+        .current_dir(dir.path())
+        .env_remove("RUNNER_DID")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = dir.path().join("run.log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("tick-3\n")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step never ticked"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        // Polling the log the runner writes: nothing else tells of progress.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(resume.replacen("runner-cli", bin, 1))
+        .current_dir(dir.path())
+        .env_remove("RUNNER_DID")
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ticks: Vec<&str> = text.lines().filter(|l| l.starts_with("tick-")).collect();
+    let want: Vec<String> = (0..30).map(|i| format!("tick-{i}")).collect();
+    assert_eq!(ticks, want, "{text}");
+    let r = result(&dir.path().join("result.json"));
+    assert_eq!(r.status, executor_core::RunStatus::Success);
 }

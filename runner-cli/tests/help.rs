@@ -43,6 +43,61 @@ fn run_help_groups_flags_per_backend_and_names_the_exit_codes() {
     );
 }
 
+/// `resume` and `cleanup` offer only what they use: the connection, and
+/// for `resume` where its part of the run goes; nothing that bounds a
+/// step or shapes a new environment.
+#[test]
+fn resume_and_cleanup_offer_only_their_own_flags() {
+    for sub in ["resume", "cleanup"] {
+        let out = cli(&[sub, "--help"]);
+        assert_eq!(out.status.code(), Some(0));
+        let help = String::from_utf8_lossy(&out.stdout);
+        for offered in [
+            "--runner",
+            "--namespace",
+            "--kubeconfig",
+            "--reconnect-timeout",
+        ] {
+            assert!(help.contains(offered), "{sub} lacks {offered}:\n{help}");
+        }
+        for foreign in [
+            "--memory",
+            "--cpus",
+            "--user",
+            "--pull",
+            "--cap-drop",
+            "--read-only",
+            "--memory-limit",
+            "--cpu-request",
+            "--node-selector",
+            "--run-as-user",
+            "--isolate",
+            "--pod-timeout",
+            "--image-pull-secret",
+        ] {
+            assert!(
+                !help.contains(&format!("{foreign} ")) && !help.contains(&format!("{foreign}=")),
+                "{sub} offers {foreign}:\n{help}"
+            );
+        }
+        assert!(help.contains("Exit codes:"), "{sub}:\n{help}");
+    }
+    let out = cli(&[
+        "resume",
+        "--executor",
+        "docker",
+        "--runner",
+        "did:plc:x",
+        "--name",
+        "x",
+        "--log",
+        "x.log",
+        "--memory",
+        "1g",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn completions_are_printed_for_each_shell() {
     for (shell, says) in [
