@@ -254,7 +254,7 @@ impl RegistryAuth {
         let Some(entry) = entry else {
             return Ok(None);
         };
-        self.from_entry(entry, server).map(Some)
+        self.entry_credentials(entry, server).map(Some)
     }
 
     fn hub_entry(&self) -> Option<&Entry> {
@@ -263,7 +263,7 @@ impl RegistryAuth {
             .find_map(|key| self.auths.get(*key))
     }
 
-    fn from_entry(&self, entry: &Entry, server: String) -> Result<Credentials, ExecutorError> {
+    fn entry_credentials(&self, entry: &Entry, server: String) -> Result<Credentials, ExecutorError> {
         if let Some(token) = entry.identity_token.as_ref().filter(|t| !t.is_empty()) {
             return Ok(Credentials {
                 server,
