@@ -79,6 +79,10 @@ pub enum Event {
         attempt: u32,
         /// How long `Executor::start` took.
         start_ms: u64,
+        /// The backend's id of the environment ([`RunHandle::id`](crate::RunHandle::id)):
+        /// what a runner that must exit at once names as left behind.
+        #[serde(default)]
+        environment: String,
     },
     /// A cache was restored, or not (see its `hit` and `note`).
     #[serde(rename_all = "camelCase")]

@@ -263,7 +263,11 @@ impl RegistryAuth {
             .find_map(|key| self.auths.get(*key))
     }
 
-    fn entry_credentials(&self, entry: &Entry, server: String) -> Result<Credentials, ExecutorError> {
+    fn entry_credentials(
+        &self,
+        entry: &Entry,
+        server: String,
+    ) -> Result<Credentials, ExecutorError> {
         if let Some(token) = entry.identity_token.as_ref().filter(|t| !t.is_empty()) {
             return Ok(Credentials {
                 server,

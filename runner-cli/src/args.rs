@@ -34,7 +34,9 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Run(Box<RunArgs>),
     /// Remove environments that earlier runs of a runner left behind.
-    #[command(after_help = "Exit codes: 0 done, 2 usage or input error, 3 infrastructure error (engine or cluster unreachable).")]
+    #[command(
+        after_help = "Exit codes: 0 done, 2 usage or input error, 3 infrastructure error (engine or cluster unreachable)."
+    )]
     Cleanup(Box<CleanupArgs>),
     /// Carry on a run whose runner was killed: follow the running step
     /// from where the run's log ends, run the steps after it, bring the

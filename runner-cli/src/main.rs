@@ -39,6 +39,7 @@ mod resume;
 mod run;
 mod secrets;
 mod services;
+mod signals;
 mod workflow;
 
 fn main() {

@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 use crate::args::{DockerArgs, ExecutorKind, ResumeArgs};
 use crate::backends::{self, BackendOptions, BuildError};
 use crate::record::RunRecord;
-use crate::run::{report, stop_timeout_of, Signals};
+use crate::run::{report, stop_timeout_of};
+use crate::signals::Signals;
 use crate::EXIT_INPUT;
 
 /// Resumes and returns the process exit code: the run's own, as `run`
@@ -37,7 +38,7 @@ pub async fn resume(args: ResumeArgs) -> i32 {
     let cancel = CancellationToken::new();
     match Signals::install() {
         Ok(signals) => {
-            tokio::spawn(signals.cancel_on_signal(cancel.clone()));
+            tokio::spawn(signals.cancel_on_signal(cancel.clone(), Default::default()));
         }
         Err(err) => tracing::warn!(%err, "cannot listen for signals"),
     }

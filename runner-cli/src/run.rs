@@ -12,9 +12,12 @@ use executor_core::{
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
 use crate::args::DockerArgs;
 use crate::args::{CleanupArgs, ExecutorKind, RunArgs};
 use crate::backends::{self, BackendOptions, BuildError};
+use crate::signals::{Abandon, Owner, Signals};
 use crate::{EXIT_CANCELLED, EXIT_INFRA, EXIT_INPUT};
 
 /// How long the end of a run waits for a log destination that takes no
@@ -27,9 +30,10 @@ pub async fn run(args: RunArgs) -> i32 {
     // First, before anything can take time: a signal while connecting or
     // cleaning up still ends the run as cancelled, with a result.
     let cancel = CancellationToken::new();
+    let abandon = Arc::new(Abandon::default());
     match Signals::install() {
         Ok(signals) => {
-            tokio::spawn(signals.cancel_on_signal(cancel.clone()));
+            tokio::spawn(signals.cancel_on_signal(cancel.clone(), Arc::clone(&abandon)));
         }
         Err(err) => tracing::warn!(%err, "cannot listen for signals"),
     }
@@ -43,6 +47,18 @@ pub async fn run(args: RunArgs) -> i32 {
             return EXIT_INPUT;
         }
     };
+    if !args.dry_run {
+        abandon.result(
+            crate::signals::unfinished(
+                &args.name,
+                &args.runner,
+                args.executor.name(),
+                started_at,
+                spec.steps.iter().map(|s| s.name.clone()),
+            ),
+            args.result.clone(),
+        );
+    }
     let options = BackendOptions {
         shell_root: args.shell_root.clone(),
         docker: &args.docker,
@@ -115,6 +131,15 @@ pub async fn run(args: RunArgs) -> i32 {
     }
 
     let journal = crate::args::journal(args.cache_dir.as_deref());
+    if !args.dry_run {
+        abandon.owned_by(Owner {
+            executor: args.executor.name(),
+            runner: args.runner.clone(),
+            journal: journal.clone(),
+            cleanup: cleanup_command(&args),
+        });
+        log.add_sink(abandon.sink());
+    }
     if !args.no_cleanup && !args.dry_run {
         let cleaned = tokio::select! {
             cleaned = async {
@@ -429,40 +454,55 @@ pub(crate) fn write_result(result: &RunResult, path: &Path) -> Result<(), String
         .map_err(|err| format!("writing the result to standard output: {err}"))
 }
 
-/// The signals that end the runner: each cancels the run, which still
-/// stops its environment and writes its result; a second one exits at once.
-pub(crate) struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
+/// The `runner-cli cleanup` that removes this run's environment, with the
+/// flags that reach its backend and journal.
+fn cleanup_command(args: &RunArgs) -> String {
+    let mut words = vec![
+        "runner-cli cleanup --executor".to_string(),
+        args.executor.name().to_string(),
+        "--runner".to_string(),
+        quoted(&args.runner),
+    ];
+    let mut flag = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            words.push(name.to_string());
+            words.push(quoted(&value));
+        }
+    };
+    flag(
+        "--cache-dir",
+        args.cache_dir.as_ref().map(|p| p.display().to_string()),
+    );
+    match args.executor {
+        ExecutorKind::K8s => {
+            flag(
+                "--kubeconfig",
+                args.k8s
+                    .kubeconfig
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
+            );
+            flag("--context", args.k8s.context.clone());
+            flag("--namespace", args.k8s.namespace.clone());
+        }
+        ExecutorKind::Shell => {
+            flag(
+                "--shell-root",
+                args.shell_root.as_ref().map(|p| p.display().to_string()),
+            );
+        }
+        ExecutorKind::Docker => {}
+    }
+    words.join(" ")
 }
 
-impl Signals {
-    /// Registers the handlers now (not when a task first runs), so no
-    /// signal from here on takes the default action of killing the runner.
-    pub(crate) fn install() -> std::io::Result<Self> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    pub(crate) async fn cancel_on_signal(mut self, cancel: CancellationToken) {
-        for n in 0.. {
-            let name = tokio::select! {
-                _ = self.interrupt.recv() => "SIGINT",
-                _ = self.terminate.recv() => "SIGTERM",
-                _ = self.hangup.recv() => "SIGHUP",
-            };
-            if n > 0 {
-                say!("runner-cli: second signal ({name}), exiting without cleanup");
-                std::process::exit(EXIT_CANCELLED);
-            }
-            say!("runner-cli: {name}: cancelling the run (signal again to exit at once)");
-            cancel.cancel();
-        }
+/// `text` as one shell word.
+fn quoted(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@+,".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 

@@ -809,3 +809,151 @@ async fn a_plain_http_server_needs_the_flag() {
     assert_eq!(tried.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("did not answer"), "{stderr}");
 }
+
+/// A second signal exits at once, but not silently: the Job is named and
+/// put in the journal, the command that removes it is printed, and the
+/// result is written as it stands; the printed `cleanup` removes the Job.
+/// The first signal's stop is held up by an outage that its Job's DELETE
+/// begins, so the second lands while the Job is still there.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_names_the_job_left_and_the_command_that_removes_it() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(
+        &steps,
+        "first\techo one\nspin\techo ready; while :; do sleep 0.1; done\nlast\ttrue\n",
+    )
+    .unwrap();
+    let caches = dir.path().join("caches");
+    let runner = "did:plc:second-signal";
+    let mut child = cli(cluster.kubeconfig())
+        .args(["run", "--executor", "k8s", "--image", &image()])
+        .args(["--name", "twice", "--runner", runner])
+        .arg("--workdir")
+        .arg(examples())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--log")
+        .arg(dir.path().join("run.log"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .arg("--outputs")
+        .arg(dir.path().join("outputs"))
+        .arg("--cache-dir")
+        .arg(&caches)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = tokio::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    async fn read_until(
+        err: &mut (impl tokio::io::AsyncBufRead + Unpin),
+        what: &str,
+        said: &mut String,
+    ) {
+        while !said.contains(what) {
+            let mut line = String::new();
+            assert!(
+                err.read_line(&mut line).await.unwrap() > 0,
+                "no {what:?} in {said}"
+            );
+            said.push_str(&line);
+        }
+    }
+    read_until(&mut err, "==> step spin: started", &mut said).await;
+    let jobs = cluster.jobs("default");
+    assert_eq!(jobs.len(), 1, "{said}");
+    cluster
+        .faults()
+        .outage_on("DELETE", "/jobs/", std::time::Duration::from_secs(3));
+    let mut begun = cluster.faults().outages_begun();
+    let signal = |pid: u32| {
+        assert!(std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    let pid = child.id().unwrap();
+    signal(pid);
+    read_until(&mut err, "cancelling the run", &mut said).await;
+    begun.wait_for(|n| *n > 0).await.unwrap();
+    signal(pid);
+    let status = child.wait().await.unwrap();
+    let mut rest = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut err, &mut rest)
+        .await
+        .unwrap();
+    said.push_str(&rest);
+    assert_eq!(status.code(), Some(130), "{said}");
+    let command = format!(
+        "runner-cli cleanup --executor k8s --runner {runner} --cache-dir {}",
+        caches.display()
+    );
+    assert!(
+        said.contains("second signal (SIGINT)")
+            && said.contains(&format!("environment {} is left", jobs[0]))
+            && said.contains(&command),
+        "{said}"
+    );
+    assert_eq!(cluster.jobs("default"), jobs, "the Job went after all");
+    let result = read_result(&dir.path().join("result.json"));
+    assert_eq!(result.status, executor_core::RunStatus::Cancelled);
+    assert!(
+        result
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("second signal"),
+        "{:?}",
+        result.error
+    );
+    let statuses: Vec<_> = result
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("first", executor_core::StepStatus::Success),
+            ("spin", executor_core::StepStatus::Cancelled),
+            ("last", executor_core::StepStatus::Skipped)
+        ],
+        "{said}"
+    );
+    // The command as printed, the binary for `runner-cli`, once the
+    // server is back.
+    cluster
+        .faults()
+        .outages_over()
+        .wait_for(|n| *n > 0)
+        .await
+        .unwrap();
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(command.replacen("runner-cli", env!("CARGO_BIN_EXE_runner-cli"), 1))
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env_remove("RUNNER_DID")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        cluster.jobs("default").is_empty()
+            && cluster.pods("default").is_empty()
+            && cluster.secrets("default").is_empty(),
+        "cleanup left the run"
+    );
+    cluster.shutdown().await;
+}

@@ -127,6 +127,7 @@ pub(super) async fn run_attempt(
                 at: OffsetDateTime::now_utc(),
                 attempt,
                 start_ms: record.phases.start_ms,
+                environment: handle.id.clone(),
             });
             handle
         }

@@ -322,6 +322,7 @@ mod tests {
             at: OffsetDateTime::now_utc(),
             attempt,
             start_ms: 1,
+            environment: "env-1".into(),
         };
         let hit = CacheResult {
             key: "cargo".into(),
