@@ -8,8 +8,9 @@ use crate::args::{DockerArgs, ExecutorKind, ResumeArgs};
 use crate::backends::{self, BackendOptions, BuildError};
 use crate::record::RunRecord;
 use crate::run::{report, stop_timeout_of};
-use crate::signals::Signals;
+use crate::signals::{Abandon, Owner, Signals};
 use crate::EXIT_INPUT;
+use std::sync::Arc;
 
 /// Resumes and returns the process exit code: the run's own, as `run`
 /// would have returned it; 2 when there is nothing to resume.
@@ -36,9 +37,10 @@ pub async fn resume(args: ResumeArgs) -> i32 {
     }
     let args = Resume::from(args, record);
     let cancel = CancellationToken::new();
+    let abandon = Arc::new(Abandon::default());
     match Signals::install() {
         Ok(signals) => {
-            tokio::spawn(signals.cancel_on_signal(cancel.clone(), Default::default()));
+            tokio::spawn(signals.cancel_on_signal(cancel.clone(), Arc::clone(&abandon)));
         }
         Err(err) => tracing::warn!(%err, "cannot listen for signals"),
     }
@@ -119,6 +121,19 @@ pub async fn resume(args: ResumeArgs) -> i32 {
             return err.failure(err.to_string()).kind.exit_code();
         }
     };
+    abandon.owned_by(Owner {
+        executor: args.executor.name(),
+        runner: args.runner.clone(),
+        journal: crate::args::journal(args.cache_dir.as_deref()),
+        cleanup: crate::signals::cleanup_command(
+            args.executor,
+            &args.runner,
+            args.cache_dir.as_deref(),
+            &args.k8s,
+            None,
+        ),
+    });
+    abandon.environment(&live.handle.id);
     let spec = match live.plan.clone().into_spec(args.outputs.clone(), secrets) {
         Ok(spec) => spec,
         Err(err) => {
@@ -142,6 +157,7 @@ pub async fn resume(args: ResumeArgs) -> i32 {
     }
     log.limit_output(args.log_limit.0);
     log.add_sink(crate::progress::on_stderr());
+    log.add_sink(abandon.sink());
     if let Some(path) = &args.events {
         match crate::run::events_sink(path, true) {
             Ok(sink) => log.add_sink(sink),

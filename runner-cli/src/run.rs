@@ -136,7 +136,13 @@ pub async fn run(args: RunArgs) -> i32 {
             executor: args.executor.name(),
             runner: args.runner.clone(),
             journal: journal.clone(),
-            cleanup: cleanup_command(&args),
+            cleanup: crate::signals::cleanup_command(
+                args.executor,
+                &args.runner,
+                args.cache_dir.as_deref(),
+                &args.k8s,
+                args.shell_root.as_deref(),
+            ),
         });
         log.add_sink(abandon.sink());
     }
@@ -452,58 +458,6 @@ pub(crate) fn write_result(result: &RunResult, path: &Path) -> Result<(), String
     writeln!(out, "{}", result.to_json())
         .and_then(|()| out.flush())
         .map_err(|err| format!("writing the result to standard output: {err}"))
-}
-
-/// The `runner-cli cleanup` that removes this run's environment, with the
-/// flags that reach its backend and journal.
-fn cleanup_command(args: &RunArgs) -> String {
-    let mut words = vec![
-        "runner-cli cleanup --executor".to_string(),
-        args.executor.name().to_string(),
-        "--runner".to_string(),
-        quoted(&args.runner),
-    ];
-    let mut flag = |name: &str, value: Option<String>| {
-        if let Some(value) = value {
-            words.push(name.to_string());
-            words.push(quoted(&value));
-        }
-    };
-    flag(
-        "--cache-dir",
-        args.cache_dir.as_ref().map(|p| p.display().to_string()),
-    );
-    match args.executor {
-        ExecutorKind::K8s => {
-            flag(
-                "--kubeconfig",
-                args.k8s
-                    .kubeconfig
-                    .as_ref()
-                    .map(|p| p.display().to_string()),
-            );
-            flag("--context", args.k8s.context.clone());
-            flag("--namespace", args.k8s.namespace.clone());
-        }
-        ExecutorKind::Shell => {
-            flag(
-                "--shell-root",
-                args.shell_root.as_ref().map(|p| p.display().to_string()),
-            );
-        }
-        ExecutorKind::Docker => {}
-    }
-    words.join(" ")
-}
-
-/// `text` as one shell word.
-fn quoted(text: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@+,".contains(c);
-    if !text.is_empty() && text.chars().all(plain) {
-        text.to_string()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
 }
 
 /// Runs `cleanup` and returns the exit code.

@@ -85,6 +85,12 @@ impl Abandon {
         self.state().owner = Some(owner);
     }
 
+    /// The environment up now, known other than from the run's events (a
+    /// resumed run's).
+    pub(crate) fn environment(&self, id: &str) {
+        self.state().environment = Some(id.to_string());
+    }
+
     /// The result written if the runner must exit at once: the run's
     /// steps, cancelled, to `path`.
     pub(crate) fn result(&self, result: RunResult, path: PathBuf) {
@@ -170,6 +176,54 @@ impl Abandon {
                 say!("runner-cli: {err}");
             }
         }
+    }
+}
+
+/// The `runner-cli cleanup` that removes a run's environment, with the
+/// flags that reach its backend and journal.
+pub(crate) fn cleanup_command(
+    executor: crate::args::ExecutorKind,
+    runner: &str,
+    cache_dir: Option<&std::path::Path>,
+    k8s: &crate::args::K8sArgs,
+    shell_root: Option<&std::path::Path>,
+) -> String {
+    use crate::args::ExecutorKind;
+    let mut words = vec![
+        "runner-cli cleanup --executor".to_string(),
+        executor.name().to_string(),
+        "--runner".to_string(),
+        quoted(runner),
+    ];
+    let mut flag = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            words.push(name.to_string());
+            words.push(quoted(&value));
+        }
+    };
+    flag("--cache-dir", cache_dir.map(|p| p.display().to_string()));
+    match executor {
+        ExecutorKind::K8s => {
+            flag(
+                "--kubeconfig",
+                k8s.kubeconfig.as_ref().map(|p| p.display().to_string()),
+            );
+            flag("--context", k8s.context.clone());
+            flag("--namespace", k8s.namespace.clone());
+        }
+        ExecutorKind::Shell => flag("--shell-root", shell_root.map(|p| p.display().to_string())),
+        ExecutorKind::Docker => {}
+    }
+    words.join(" ")
+}
+
+/// `text` as one shell word.
+fn quoted(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@+,".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 
