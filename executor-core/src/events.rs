@@ -255,43 +255,51 @@ impl Event {
 
     /// The event with `masker`'s values masked in every text it holds.
     pub(crate) fn masked(mut self, masker: &Masker) -> Self {
-        if masker.is_empty() {
-            return self;
+        if !masker.is_empty() {
+            self.edit_texts(|text| masker.mask_string(text));
         }
-        match &mut self {
+        self
+    }
+
+    /// Calls `edit` on every text the event holds but output (which is
+    /// the step's, as it came): names, messages, failures, cache notes and
+    /// a finished run's result.
+    ///
+    /// ```
+    /// use executor_core::events::Event;
+    /// let mut event = Event::message("DockerOptions::pull forbids it");
+    /// event.edit_texts(|t| *t = t.replace("DockerOptions::pull", "--pull"));
+    /// assert_eq!(event.line().as_deref(), Some("--pull forbids it"));
+    /// ```
+    pub fn edit_texts(&mut self, mut edit: impl FnMut(&mut String)) {
+        match self {
             Event::RunStarted { name, runner, .. } => {
-                masker.mask_string(name);
-                masker.mask_string(runner);
+                edit(name);
+                edit(runner);
             }
             Event::StepStarted { step, .. }
             | Event::StepResumed { step, .. }
-            | Event::StepSkipped { step, .. } => masker.mask_string(step),
+            | Event::StepSkipped { step, .. } => edit(step),
             Event::StepFinished { step, failure, .. } => {
-                masker.mask_string(step);
-                for text in failure.iter_mut().flat_map(Failure::texts) {
-                    masker.mask_string(text);
-                }
+                edit(step);
+                failure.iter_mut().flat_map(Failure::texts).for_each(edit);
             }
             Event::OutputsCollected {
                 failure: Some(f), ..
-            } => f.texts().for_each(|t| masker.mask_string(t)),
+            } => f.texts().for_each(edit),
             Event::CacheRestored { cache, .. } | Event::CacheSaved { cache, .. } => {
-                masker.mask_string(&mut cache.path);
+                edit(&mut cache.path);
                 if let Some(note) = &mut cache.note {
-                    masker.mask_string(note);
+                    edit(note);
                 }
             }
-            Event::Message { text, .. } => masker.mask_string(text),
-            Event::RunFinished { result, .. } => result.mask(masker),
-            Event::AttemptFinished { record, .. } => {
-                record.texts().for_each(|t| masker.mask_string(t))
-            }
-            // Output is masked as a stream before it becomes an event.
+            Event::Message { text, .. } => edit(text),
+            Event::RunFinished { result, .. } => result.edit_texts(edit),
+            Event::AttemptFinished { record, .. } => record.texts().for_each(edit),
             Event::Output { .. }
             | Event::EnvironmentReady { .. }
             | Event::OutputsCollected { .. } => {}
         }
-        self
     }
 
     /// The bytes of an [`Event::Output`], as they came.

@@ -50,7 +50,7 @@ pub use error::ExecutorError;
 pub use executor::MockExecutor;
 pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand};
 pub use failure::{Failure, FailureKind, RetryPolicy};
-pub use log::{MemoryLog, RunLog, DEFAULT_OUTPUT_LIMIT};
+pub use log::{MemoryLog, Reword, RunLog, DEFAULT_OUTPUT_LIMIT};
 pub use mask::{Masker, Secret};
 pub use model::{
     validate_env_key, RunSpec, Step, DEFAULT_OUTPUTS_TIMEOUT, DEFAULT_RUN_TIMEOUT,

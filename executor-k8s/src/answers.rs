@@ -54,6 +54,22 @@ pub(crate) fn describe(err: &kube::Error) -> String {
     }
 }
 
+/// The namespace a 404 says does not exist, in a real server's words:
+/// `namespaces "ci" not found`.
+fn missing_namespace(err: &kube::Error) -> Option<String> {
+    let kube::Error::Api(status) = err else {
+        return None;
+    };
+    if status.code != 404 {
+        return None;
+    }
+    let name = status
+        .message
+        .strip_prefix("namespaces \"")?
+        .strip_suffix("\" not found")?;
+    (!name.is_empty() && !name.contains('"')).then(|| name.to_string())
+}
+
 pub(crate) fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 404)
 }
@@ -105,6 +121,11 @@ impl Judge<'_> {
                 ));
             }
             ExecutorError::unreachable(what, said)
+        } else if let Some(namespace) = missing_namespace(&err) {
+            ExecutorError::InvalidInput(format!(
+                "{what}: the namespace {namespace} does not exist on the cluster ({}); create it (kubectl create namespace {namespace}) or name another with KubeconfigSource::namespace",
+                describe(&err)
+            ))
         } else {
             ExecutorError::backend(what, describe(&err))
         };

@@ -1,7 +1,6 @@
 //! The real cluster: the Kubernetes API through kube-rs, with retries for
 //! the calls that are safe to repeat.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -14,34 +13,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
     Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use kube::{Client, Config};
 
 use crate::access;
 use crate::answers::{describe, is_conflict, is_not_found, retryable, Judge};
 use crate::cluster::{Cluster, Ended, ExecIo, ExecSession, PodEvents};
 use crate::exec::WsExec;
+pub use crate::kubeconfig::KubeconfigSource;
 use crate::settling::Settling;
-
-/// Where the client comes from, as kubectl finds it.
-#[derive(Debug, Clone, Default)]
-pub struct KubeconfigSource {
-    /// `--kubeconfig`; otherwise `KUBECONFIG`, then `~/.kube/config`.
-    pub kubeconfig: Option<PathBuf>,
-    /// `--context`; otherwise the current context.
-    pub context: Option<String>,
-    /// `--namespace`; otherwise the context's namespace, then `default`.
-    pub namespace: Option<String>,
-    /// Accept a kubeconfig whose cluster sets `insecure-skip-tls-verify`.
-    /// Without it such a kubeconfig is refused: the server's certificate
-    /// would go unchecked, and anyone on the path could pose as the
-    /// cluster and receive the run's checkout and secrets.
-    pub insecure_skip_tls_verify: bool,
-    /// Accept a kubeconfig whose server is `http://`. Without it such a
-    /// kubeconfig is refused: its bearer token, and every run's Secret
-    /// and checkout, would cross the network in plain text.
-    pub insecure_plain_http: bool,
-}
 
 /// A cluster reached through kube-rs.
 pub struct KubeCluster {
@@ -60,39 +40,6 @@ pub struct KubeCluster {
     warmed: AtomicBool,
     /// The server's version, `(major, minor)`, as it told it at connect.
     version: Option<(u32, u32)>,
-}
-
-/// Where the kubeconfig's current user keeps its client certificate, for
-/// an error about it: the file, or the user whose data holds it.
-fn client_certificate_of(source: &KubeconfigSource) -> String {
-    let kubeconfig = match &source.kubeconfig {
-        Some(path) => Kubeconfig::read_from(path),
-        None => Kubeconfig::read(),
-    };
-    let Ok(kubeconfig) = kubeconfig else {
-        return "the current user's".into();
-    };
-    let context = source
-        .context
-        .clone()
-        .or_else(|| kubeconfig.current_context.clone())
-        .unwrap_or_default();
-    let user = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == context)
-        .and_then(|c| c.context.as_ref())
-        .and_then(|c| c.user.clone())
-        .unwrap_or_default();
-    let auth = kubeconfig
-        .auth_infos
-        .iter()
-        .find(|a| a.name == user)
-        .and_then(|a| a.auth_info.as_ref());
-    match auth.and_then(|a| a.client_certificate.clone()) {
-        Some(path) => path,
-        None => format!("client-certificate-data of user {user}"),
-    }
 }
 
 impl KubeCluster {
@@ -114,22 +61,10 @@ impl KubeCluster {
         };
         let bad =
             |e: &dyn std::fmt::Display| ExecutorError::InvalidInput(format!("kubeconfig: {e}"));
-        let config = match &source.kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    ExecutorError::InvalidInput(format!(
-                        "KubeconfigSource::kubeconfig {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .map_err(|e| bad(&e))?
-            }
-            None => Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| bad(&e))?,
-        };
+        let kubeconfig = crate::kubeconfig::read(source)?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| bad(&e))?;
         let server = config.cluster_url.to_string();
         if config.accept_invalid_certs && !source.insecure_skip_tls_verify {
             return Err(ExecutorError::InvalidInput(format!(
@@ -164,7 +99,7 @@ impl KubeCluster {
                      -days 365 -out user.crt -extfile <(printf 'basicConstraints=CA:FALSE\\n\
                      keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth'), \
                      or through the cluster's CertificateSigningRequest API ({text})",
-                    client_certificate_of(source)
+                    crate::kubeconfig::client_certificate_of(source)
                 ))
             } else {
                 bad(&e)

@@ -31,6 +31,7 @@ mod executor;
 mod framed;
 mod job;
 mod kube_cluster;
+mod kubeconfig;
 mod pod_status;
 mod settling;
 mod wait;

@@ -17,6 +17,8 @@ const FLAGS: &[(&str, &str)] = &[
     ("RunSpec::image", "--image"),
     ("CacheStore::max_bytes", "--cache-max"),
     ("KubeconfigSource::kubeconfig", "--kubeconfig"),
+    ("KubeconfigSource::context", "--context"),
+    ("KubeconfigSource::namespace", "--namespace"),
     (
         "KubeconfigSource::insecure_skip_tls_verify",
         "--insecure-skip-tls-verify",

@@ -156,6 +156,9 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         log.timestamps();
     }
     log.limit_output(args.log_limit.0);
+    log.reword(std::sync::Arc::new(|text: &str| {
+        crate::flags::as_flags(text).into_owned()
+    }));
     log.add_sink(crate::progress::on_stderr());
     log.add_sink(abandon.sink());
     if let Some(path) = &args.events {

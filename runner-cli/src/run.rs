@@ -109,6 +109,9 @@ pub async fn run(args: RunArgs) -> i32 {
         log.timestamps();
     }
     log.limit_output(args.log_limit.0);
+    log.reword(std::sync::Arc::new(|text: &str| {
+        crate::flags::as_flags(text).into_owned()
+    }));
     if args.log != "-" && !args.dry_run {
         log.add_sink(crate::progress::on_stderr());
         let record = crate::record::RunRecord::of(&args);

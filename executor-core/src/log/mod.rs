@@ -29,6 +29,9 @@ pub use limit::DEFAULT_OUTPUT_LIMIT;
 /// full pipe, waits too).
 pub const LOG_BUDGET: usize = 1 << 20;
 
+/// How a front end words the runner's texts; see [`RunLog::reword`].
+pub type Reword = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 /// The single log of a run.
 ///
 /// Step output is written through as it arrives, so a reader of the log
@@ -97,6 +100,8 @@ struct Inner {
     /// The stream whose bytes the line guard holds.
     guarded_stream: OutputStream,
     limit: OutputLimit,
+    /// How a front end words the runner's texts ([`RunLog::reword`]).
+    reword: Option<Reword>,
     /// The run's secret for naming its steps' files; see [`RunLog::step_id`].
     step_key: String,
     /// What the running step cost, once its backend measured it.
@@ -472,6 +477,21 @@ impl RunLog {
         inner.sinks = all.into();
     }
 
+    /// From now on, words every runner text (its lines, and the texts of
+    /// the events sinks get) through `reword`, after masking: a front end
+    /// names the fields of a run as its users know them
+    /// (`RunSpec::checkout` as `--workdir`). Step output is never reworded.
+    ///
+    /// ```
+    /// let (log, captured) = executor_core::RunLog::memory();
+    /// log.reword(std::sync::Arc::new(|t: &str| t.replace("RunSpec::image", "--image")));
+    /// log.line("RunSpec::image is missing");
+    /// assert_eq!(captured.text(), "==> --image is missing\n");
+    /// ```
+    pub fn reword(&self, reword: Reword) {
+        self.lock().reword = Some(reword);
+    }
+
     /// From now on, starts every line of the text log with its time in
     /// UTC (`2026-12-03T20:37:15.123Z `), as GitLab's and GitHub's logs do.
     /// A line of step output gets the time its first byte arrived.
@@ -507,10 +527,13 @@ impl RunLog {
     pub fn emit(&self, event: Event) {
         let mut inner = self.lock();
         inner.release_held();
-        let event = match &inner.masks {
+        let mut event = match &inner.masks {
             Some([stream, _]) => event.masked(stream.masker()),
             None => event,
         };
+        if let Some(reword) = &inner.reword {
+            event.edit_texts(|text| *text = reword(text));
+        }
         match &event {
             Event::StepStarted { step, .. } => {
                 inner.step = Some(step.clone());
@@ -564,6 +587,7 @@ impl RunLog {
             taken,
             guarded_stream,
             limit: _,
+            reword: _,
             step_key: _,
             usage: _,
         } = &mut *inner;
@@ -791,6 +815,7 @@ impl Inner {
             taken: [0, 0],
             guarded_stream: OutputStream::Stdout,
             limit: OutputLimit::default(),
+            reword: None,
             step_key: crate::labels::random_hex(32),
             usage: None,
         }
