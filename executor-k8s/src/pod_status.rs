@@ -163,6 +163,16 @@ pub fn pod_state(pod: &Pod) -> PodState {
         })
         .find_map(|c| c.state.as_ref()?.waiting.clone());
     let terminated = terminated_state(pod);
+    let cannot_start = terminated
+        .as_ref()
+        .and_then(|t| no_shell(t.reason.as_deref()?, t.message.as_deref()?))
+        .or_else(|| {
+            let w = waiting.as_ref()?;
+            no_shell(w.reason.as_deref()?, w.message.as_deref()?)
+        });
+    if let Some(fate) = cannot_start {
+        return PodState::Fatal(fate);
+    }
     match phase {
         "Failed" | "Succeeded" => {
             let reason = status
@@ -219,6 +229,30 @@ pub fn pod_state(pod: &Pod) -> PodState {
         ));
     }
     PodState::Pending(phase.to_string())
+}
+
+/// A step container whose process could not start because the image has
+/// no `sh` (its keep-alive and every step run as `sh`), in the words of
+/// containerd (`StartError`) and of older runtimes (`RunContainerError`,
+/// `ContainerCannotRun`): the image's failure, which no attempt can fix.
+fn no_shell(reason: &str, message: &str) -> Option<Fate> {
+    let start = matches!(
+        reason,
+        "StartError" | "RunContainerError" | "CreateContainerError" | "ContainerCannotRun"
+    );
+    let missing = message.contains("executable file not found")
+        || (message.contains("exec:") && message.contains("no such file or directory"));
+    if !(start && missing) {
+        return None;
+    }
+    let mut fate = Fate::new(
+        FailureKind::Image,
+        format!(
+            "the image (RunSpec::image) has no sh: its container could not start `sh` ({reason}: {message}), and every step runs as `sh -ec`; use an image with a POSIX shell at /bin/sh"
+        ),
+    );
+    fate.retryable = false;
+    Some(fate)
 }
 
 /// The step container's terminated state: a service's end is not the
@@ -326,6 +360,48 @@ mod tests {
                 }]
             }
         }))
+    }
+
+    /// A real containerd node's words for a command the image lacks, and
+    /// an older runtime's (waiting `RunContainerError`).
+    #[test]
+    fn an_image_without_sh_is_the_images_failure_not_retried() {
+        let containerd = pod(json!({
+            "metadata": {"name": "p"},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{
+                    "name": "step", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 128, "reason": "StartError",
+                        "message": "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: \"sh\": executable file not found in $PATH: unknown"}}
+                }]
+            }
+        }));
+        let waiting = pod(json!({
+            "metadata": {"name": "p"},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [{
+                    "name": "step", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": "RunContainerError",
+                        "message": "exec: \"sh\": stat sh: no such file or directory"}}
+                }]
+            }
+        }));
+        for pod in [containerd, waiting] {
+            let PodState::Fatal(fate) = pod_state(&pod) else {
+                panic!("not fatal: {pod:?}");
+            };
+            assert_eq!(fate.kind, FailureKind::Image);
+            assert!(!fate.retryable);
+            assert!(fate.message.contains("has no sh"), "{}", fate.message);
+        }
+        // Another start error is not taken for a missing shell.
+        let other = failed_pod("", json!([]), "StartError");
+        let PodState::Fatal(fate) = pod_state(&other) else {
+            panic!("not fatal");
+        };
+        assert_ne!(fate.kind, FailureKind::Image);
     }
 
     #[test]

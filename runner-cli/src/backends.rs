@@ -73,7 +73,15 @@ pub async fn build(
                     ),
                 )));
             }
-            match DockerExecutor::connect(options).await {
+            let engine = std::env::var("DOCKER_HOST")
+                .unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+            let connecting = DockerExecutor::connect(options);
+            match crate::progress::while_waiting(
+                &format!("the Docker engine at {engine}"),
+                connecting,
+            )
+            .await
+            {
                 Ok(e) => Ok(Box::new(e)),
                 Err(e @ executor_core::ExecutorError::InvalidInput(_)) => {
                     Err(BuildError::Input(e.into()))
@@ -105,17 +113,17 @@ pub async fn build(
                 insecure_skip_tls_verify: opts.k8s.insecure_skip_tls_verify,
                 insecure_plain_http: opts.k8s.insecure_plain_http,
             };
-            let connected = match K8sExecutor::connect(&source, options).await {
-                Ok(e) => {
-                    let checked = if opts.for_cleanup {
-                        e.check_cleanup_permissions().await
-                    } else {
-                        e.check_run_permissions().await
-                    };
-                    checked.map(|()| e)
-                }
-                Err(e) => Err(e),
+            let connecting = async {
+                let e = K8sExecutor::connect(&source, options).await?;
+                let checked = if opts.for_cleanup {
+                    e.check_cleanup_permissions().await
+                } else {
+                    e.check_run_permissions().await
+                };
+                checked.map(|()| e)
             };
+            let connected =
+                crate::progress::while_waiting("the Kubernetes API server", connecting).await;
             match connected {
                 Ok(e) => Ok(Box::new(e)),
                 Err(executor_core::ExecutorError::InvalidInput(msg)) => Err(BuildError::Input(

@@ -42,6 +42,11 @@ mod services;
 mod signals;
 mod workflow;
 
+/// The default log filter: the runner's own warnings, none of its
+/// libraries' lines.
+const QUIET_LIBRARIES: &str =
+    "warn,kube=off,kube_client=off,kube_runtime=off,bollard=off,hyper=off,hyper_util=off,tower=off,rustls=off,tungstenite=off,tokio_tungstenite=off";
+
 fn main() {
     let cli = Cli::parse();
     // Colour codes only for a person at a terminal: piped into a file or
@@ -56,7 +61,10 @@ fn main() {
         .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUNNER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // The libraries' own lines (kube's ERROR for each connection
+                // an outage refused) are for conditions the runner handles
+                // and words itself; RUNNER_LOG shows them.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(QUIET_LIBRARIES)),
         )
         .init();
     // One run moves a few streams at a time; a single-threaded runtime

@@ -939,3 +939,56 @@ fn the_readme_resume_example_runs_as_written() {
     let r = result(&dir.path().join("result.json"));
     assert_eq!(r.status, executor_core::RunStatus::Success);
 }
+
+/// An engine that accepts the connection and never answers gets progress
+/// lines while the runner waits, and a signal still ends the run with a
+/// result.
+#[test]
+fn an_engine_that_never_answers_gets_progress_lines_while_the_runner_waits() {
+    use std::io::BufRead;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts, and holds each connection open without a word.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "a\ttrue\n").unwrap();
+    let mut child = cli()
+        .env("DOCKER_HOST", format!("tcp://{addr}"))
+        .env_remove("DOCKER_TLS_VERIFY")
+        .args(["run", "--executor", "docker", "--image", "x"])
+        .args(["--name", "silent", "--runner", "did:plc:silent"])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .arg("--outputs")
+        .arg(dir.path().join("outputs"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let waiting = format!("still waiting for the Docker engine at tcp://{addr} to answer");
+    while !said.contains(&waiting) {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "{said}");
+        said.push_str(&line);
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{said}");
+    let r = result(&dir.path().join("result.json"));
+    assert_eq!(r.status, executor_core::RunStatus::Cancelled);
+}

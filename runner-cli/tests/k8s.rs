@@ -902,6 +902,8 @@ async fn a_second_signal_names_the_job_left_and_the_command_that_removes_it() {
         "{said}"
     );
     assert_eq!(cluster.jobs("default"), jobs, "the Job went after all");
+    // The outage the runner rode out is its to word, not the client library's.
+    assert!(!said.contains("kube_client"), "{said}");
     let result = read_result(&dir.path().join("result.json"));
     assert_eq!(result.status, executor_core::RunStatus::Cancelled);
     assert!(
@@ -1035,5 +1037,75 @@ async fn kubeconfig_mistakes_and_a_missing_namespace_are_exit_2_in_kubectls_word
     let log = std::fs::read_to_string(dir.path().join("run.log")).unwrap();
     assert!(log.contains("name another with --namespace"), "{log}");
     assert!(cluster.jobs("default").is_empty() && cluster.secrets("default").is_empty());
+    cluster.shutdown().await;
+}
+
+/// An image without `sh` on Kubernetes: its container cannot start (the
+/// test cluster records it as a containerd node does, `StartError` 128),
+/// and the run fails as the image's, named, not retried.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_without_sh_is_an_image_failure_not_retried() {
+    let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox, as scripts/prepare-engine.sh installs it");
+    std::fs::copy(busybox, root.join("bin/hello")).unwrap();
+    let tag = format!("knotless-nosh-k8s:{}", std::process::id());
+    let imported = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C '{}' -c . | docker import - {tag}",
+            root.display()
+        ))
+        .output()
+        .await
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(&steps, "a\ttrue\n").unwrap();
+    let out = cli(cluster.kubeconfig())
+        .args(["run", "--executor", "k8s", "--image", &tag])
+        .args(["--name", "nosh", "--runner", "did:plc:nosh", "--retry", "2"])
+        .arg("--workdir")
+        .arg(dir.path())
+        .arg("--steps-file")
+        .arg(&steps)
+        .arg("--outputs")
+        .arg(dir.path().join("outputs"))
+        .arg("--result")
+        .arg(dir.path().join("result.json"))
+        .arg("--log")
+        .arg(dir.path().join("run.log"))
+        .output()
+        .await
+        .unwrap();
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", &tag])
+        .output()
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result = read_result(&dir.path().join("result.json"));
+    let failure = result.failure.clone().expect("a failure");
+    assert_eq!(failure.kind, executor_core::FailureKind::Image, "{stderr}");
+    assert!(!failure.retryable, "{failure:?}");
+    assert!(failure.message.contains("has no sh"), "{failure:?}");
+    assert!(
+        stderr.contains("--image"),
+        "the flag, not the field: {stderr}"
+    );
+    assert_eq!(result.attempts.len(), 1, "{}", result.to_json());
+    assert_eq!(
+        out.status.code(),
+        Some(executor_core::FailureKind::Image.exit_code())
+    );
+    assert!(cluster.jobs("default").is_empty() && cluster.pods("default").is_empty());
     cluster.shutdown().await;
 }

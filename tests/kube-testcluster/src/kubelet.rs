@@ -363,7 +363,7 @@ impl Kubelet {
             "kubelet",
         );
         if let Err(e) = self.docker.start_container(&id, None).await {
-            self.set_status(ns, name, waiting("RunContainerError", &e.to_string()));
+            self.start_failed(ns, name, &pod, &cname, &image, &id, e);
             return Ok(());
         }
         self.open_empty_dirs(&id, &spec, container).await;
@@ -483,6 +483,50 @@ impl Kubelet {
             None,
         );
         Ok(())
+    }
+
+    /// A container whose process could not start (its command is not in
+    /// the image), as a containerd node records it: the container ended at
+    /// once, `StartError` with exit code 128 and the runtime's words, and a
+    /// pod that restarts nothing (a Job's) has failed.
+    #[allow(clippy::too_many_arguments)]
+    fn start_failed(
+        &self,
+        ns: &str,
+        name: &str,
+        pod: &Value,
+        cname: &str,
+        image: &str,
+        id: &str,
+        err: bollard::errors::Error,
+    ) {
+        let words = match &err {
+            bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+            other => other.to_string(),
+        };
+        let message = format!("failed to create containerd task: {words}");
+        let Some(failed) = self.set_status(ns, name, |s| {
+            s["phase"] = json!("Failed");
+            s["containerStatuses"] = json!([{
+                "name": cname, "image": image, "imageID": format!("docker-pullable://{image}"),
+                "containerID": format!("docker://{id}"), "ready": false, "restartCount": 0, "started": false,
+                "state": {"terminated": {
+                    "exitCode": 128, "reason": "StartError", "message": message,
+                    "startedAt": "1970-01-01T00:00:00Z", "finishedAt": timestamp(),
+                    "containerID": format!("docker://{id}"),
+                }},
+            }]);
+        }) else {
+            return;
+        };
+        self.event(
+            pod,
+            "Warning",
+            "Failed",
+            &format!("Error: {message}"),
+            "kubelet",
+        );
+        crate::jobs::pod_finished(&self.store, &failed, false);
     }
 
     /// Records the pod's container as terminated and the pod as finished.
