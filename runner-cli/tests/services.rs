@@ -188,3 +188,49 @@ fn a_docker_dry_run_shows_the_service_and_never_its_variables() {
     assert!(stdout.contains("PAGE="), "{stdout}");
     assert!(!stdout.contains("not-to-be-printed"), "{stdout}");
 }
+
+/// The README's services example, run as written (the binary in place of
+/// `cargo run`), in a folder where `examples` is the project's.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn the_readme_services_example_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.contains("--service web="))
+        .expect("the README shows the services example");
+    let command = block.replace(
+        "cargo run -q -p runner-cli --",
+        env!("CARGO_BIN_EXE_runner-cli"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(&command)
+        .current_dir(dir.path())
+        .env_remove("RUNNER_DID")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out-svc/fetched.txt")).unwrap(),
+        "hello from web\n"
+    );
+    let text = std::fs::read_to_string(dir.path().join("result-svc.json")).unwrap();
+    let result: RunResult = serde_json::from_str(&text).unwrap();
+    assert_valid_result(&result);
+    assert_eq!(result.status, RunStatus::Success);
+}
