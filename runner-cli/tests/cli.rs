@@ -1185,3 +1185,39 @@ fn a_run_logging_to_a_file_shows_its_progress_on_the_terminal() {
     assert_eq!(code(&out), 0);
     assert!(!stderr(&out).contains("==> step build"), "{}", stderr(&out));
 }
+
+/// The README's first example, as written (the binary in place of
+/// `cargo run`), twice in a row in a folder where `examples` is the
+/// project's: the second run replaces the outputs the first one left.
+#[test]
+fn the_readme_quick_start_runs_as_written_twice() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.contains("--executor shell --name example"))
+        .expect("the README shows the quick start");
+    let command = block.replace(
+        "cargo run -p runner-cli --",
+        env!("CARGO_BIN_EXE_runner-cli"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    for _ in 0..2 {
+        let out = Command::new("sh")
+            .arg("-ec")
+            .arg(&command)
+            .current_dir(dir.path())
+            .env_remove("RUNNER_DID")
+            .env("RUNNER_SHELL_ROOT", dir.path().join("roots"))
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(dir.path().join("out/badge.png").is_file());
+        let text = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
+        let result: RunResult = serde_json::from_str(&text).unwrap();
+        assert_valid_result(&result);
+    }
+}

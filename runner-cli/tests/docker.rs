@@ -992,3 +992,50 @@ fn an_engine_that_never_answers_gets_progress_lines_while_the_runner_waits() {
     let r = result(&dir.path().join("result.json"));
     assert_eq!(r.status, executor_core::RunStatus::Cancelled);
 }
+
+/// The README's Docker example, as written (the binary in place of `cargo
+/// run`; the engine and image are the test run's, so its
+/// `prepare-engine.sh` line is left out), in a folder where `examples` is
+/// the project's.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn the_readme_docker_example_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.contains("scripts/prepare-engine.sh") && b.contains("--executor docker"))
+        .expect("the README shows the Docker example");
+    let command: String = block
+        .lines()
+        .filter(|l| !l.contains("prepare-engine.sh"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(
+            "cargo run -p runner-cli --",
+            env!("CARGO_BIN_EXE_runner-cli"),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(&command)
+        .current_dir(dir.path())
+        .env_remove("RUNNER_DID")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("out/badge.png").is_file());
+    let r = result(&dir.path().join("result.json"));
+    assert_eq!(r.executor, "docker");
+}
