@@ -28,15 +28,15 @@
 //! # }
 //! ```
 
-use std::io::{self, Write};
-use std::path::Path;
-use std::sync::Mutex;
-
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::mask::Masker;
 use crate::{CacheResult, Failure, RunResult, StepStatus};
+
+mod json_lines;
+
+pub use json_lines::JsonLines;
 
 /// Which of a step's streams a piece of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -424,101 +424,6 @@ impl<F: Fn(&Event) + Send + Sync> EventSink for F {
     }
 }
 
-/// Writes events as JSON lines, one object per line (`--events FILE`).
-///
-/// Output pieces are joined where one ended inside a UTF-8 sequence, so
-/// each line's `text` is exactly the characters the step printed. A failed
-/// write is reported once through `tracing` and the rest is dropped: the
-/// run goes on, as it does when its text log fails.
-///
-/// ```
-/// use executor_core::events::{Event, EventSink, JsonLines};
-/// let lines = JsonLines::new(Vec::new());
-/// lines.event(&Event::message("pulling busybox"));
-/// let text = String::from_utf8(lines.into_inner()).unwrap();
-/// assert!(text.starts_with(r#"{"event":"message","at":""#));
-/// assert!(text.ends_with("\"text\":\"pulling busybox\"}\n"));
-/// ```
-pub struct JsonLines<W: Write + Send> {
-    state: Mutex<JsonState<W>>,
-}
-
-struct JsonState<W> {
-    out: W,
-    /// The start of a UTF-8 sequence a piece of output ended in, per
-    /// stream, waiting for its next piece.
-    tails: [Vec<u8>; 2],
-    failed: bool,
-}
-
-impl<W: Write + Send> JsonLines<W> {
-    /// Writes to `out`.
-    pub fn new(out: W) -> Self {
-        JsonLines {
-            state: Mutex::new(JsonState {
-                out,
-                tails: [Vec::new(), Vec::new()],
-                failed: false,
-            }),
-        }
-    }
-
-    /// The writer back, with everything written.
-    pub fn into_inner(self) -> W {
-        self.state
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .out
-    }
-}
-
-impl JsonLines<io::BufWriter<std::fs::File>> {
-    /// Writes to `path`, created or truncated.
-    ///
-    /// # Errors
-    /// The file cannot be created.
-    pub fn create(path: &Path) -> io::Result<Self> {
-        Ok(Self::new(io::BufWriter::new(std::fs::File::create(path)?)))
-    }
-
-    /// Writes after what `path` holds (created if missing): the events of
-    /// a resumed run go after those of the runner before it. A last line
-    /// that runner was killed in the middle of is ended first, so the
-    /// next event starts a line of its own.
-    ///
-    /// # Errors
-    /// The file cannot be opened or read.
-    ///
-    /// ```
-    /// use executor_core::events::{Event, EventSink, JsonLines};
-    /// let dir = tempfile::tempdir().unwrap();
-    /// let path = dir.path().join("events.jsonl");
-    /// std::fs::write(&path, "{\"event\":\"runSt").unwrap();
-    /// let sink = JsonLines::append(&path).unwrap();
-    /// sink.event(&Event::message("resumed"));
-    /// drop(sink);
-    /// let text = std::fs::read_to_string(&path).unwrap();
-    /// assert!(text.lines().nth(1).unwrap().contains("resumed"));
-    /// ```
-    pub fn append(path: &Path) -> io::Result<Self> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)?;
-        if file.metadata()?.len() > 0 {
-            let mut last = [0u8];
-            file.seek(SeekFrom::End(-1))?;
-            file.read_exact(&mut last)?;
-            if last[0] != b'\n' {
-                file.write_all(b"\n")?;
-            }
-        }
-        Ok(Self::new(io::BufWriter::new(file)))
-    }
-}
-
 impl Event {
     /// A runner line as an event, happening now.
     pub fn message(text: impl Into<String>) -> Self {
@@ -529,129 +434,14 @@ impl Event {
     }
 }
 
-impl<W: Write + Send> EventSink for JsonLines<W> {
-    fn event(&self, event: &Event) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.failed {
-            return;
-        }
-        let joined;
-        let event = match event {
-            Event::Output { stream, bytes, .. }
-                if state.tails[*stream as usize].is_empty()
-                    && complete_utf8(bytes) == bytes.len() =>
-            {
-                // Whole characters with nothing held before them: the
-                // event's text is already the line's.
-                event
-            }
-            Event::Output {
-                at,
-                step,
-                stream,
-                bytes,
-                ..
-            } => {
-                let tail = &mut state.tails[*stream as usize];
-                tail.extend_from_slice(bytes);
-                let whole = complete_utf8(tail);
-                let rest = tail.split_off(whole);
-                let piece = std::mem::replace(tail, rest);
-                if piece.is_empty() {
-                    return;
-                }
-                joined = Event::Output {
-                    at: *at,
-                    step: step.clone(),
-                    stream: *stream,
-                    text: lossy(&piece),
-                    bytes: Vec::new(),
-                };
-                &joined
-            }
-            other => other,
-        };
-        let written = serde_json::to_writer(&mut state.out, event)
-            .map_err(io::Error::from)
-            .and_then(|()| state.out.write_all(b"\n"))
-            // A reader follows the file as the run goes, as it does the log.
-            .and_then(|()| state.out.flush());
-        if let Err(err) = written {
-            state.failed = true;
-            tracing::warn!(%err, "writing run events failed; further events are lost");
-        }
-    }
-}
-
 /// `bytes` as text, each invalid sequence shown as U+FFFD. Valid UTF-8,
 /// a step's usual output, takes the standard library's faster check.
-fn lossy(bytes: &[u8]) -> String {
+pub(crate) fn lossy(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => text.to_owned(),
         Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 
-/// How much of `bytes` ends on a character boundary: everything but an
-/// unfinished UTF-8 sequence at the end (invalid bytes count as whole, to
-/// be shown as U+FFFD).
-fn complete_utf8(bytes: &[u8]) -> usize {
-    match std::str::from_utf8(bytes) {
-        Ok(_) => bytes.len(),
-        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-        Err(e) => {
-            // An invalid sequence in the middle: whole up to it and past it,
-            // then look at what follows.
-            let past = e.valid_up_to().saturating_add(e.error_len().unwrap_or(1));
-            past.saturating_add(complete_utf8(bytes.get(past..).unwrap_or_default()))
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn texts(out: &[u8]) -> Vec<String> {
-        String::from_utf8(out.to_vec())
-            .unwrap()
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()["text"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect()
-    }
-
-    #[test]
-    fn json_lines_join_a_character_split_across_pieces() {
-        let sink = JsonLines::new(Vec::new());
-        let word = "grüße €".as_bytes();
-        for cut in [3, 4, 8] {
-            sink.event(&Event::output(None, OutputStream::Stdout, &word[..cut]));
-            sink.event(&Event::output(None, OutputStream::Stdout, &word[cut..]));
-        }
-        let got = texts(&sink.into_inner());
-        assert_eq!(got.concat(), "grüße €".repeat(3));
-        assert!(got.iter().all(|t| !t.contains('\u{fffd}')), "{got:?}");
-    }
-
-    #[test]
-    fn json_lines_keep_each_streams_tail_apart() {
-        let sink = JsonLines::new(Vec::new());
-        let euro = "€".as_bytes();
-        sink.event(&Event::output(None, OutputStream::Stdout, &euro[..1]));
-        sink.event(&Event::output(None, OutputStream::Stderr, b"err\n"));
-        sink.event(&Event::output(None, OutputStream::Stdout, &euro[1..]));
-        assert_eq!(texts(&sink.into_inner()), ["err\n", "€"]);
-    }
-
-    #[test]
-    fn invalid_bytes_are_shown_not_held() {
-        assert_eq!(complete_utf8(b"a\xffb"), 3);
-        assert_eq!(complete_utf8(b"a\xff\xe2\x82"), 2);
-        assert_eq!(complete_utf8(b""), 0);
-    }
-}
+mod tests;
