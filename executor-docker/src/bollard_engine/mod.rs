@@ -5,10 +5,6 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, MountVolumeOptions,
-    NetworkingConfig,
-};
 use bollard::query_parameters::{
     CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
     ListContainersOptions, ListVolumesOptions, RemoveContainerOptions, UploadToContainerOptions,
@@ -20,16 +16,19 @@ use executor_core::ExecutorError;
 use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
+mod connect;
+mod create;
+mod errors;
 mod networks;
 mod pull;
+
+pub use create::create_body;
+use errors::{container_gone, fail, is_image_refusal, status};
 
 use crate::engine::{
     ContainerSpec, ContainerState, Engine, ExecInput, ExecOutput, ExecSpec, ExecState, Listed,
     OutputStream, StepStream,
 };
-
-/// Where the docker CLI looks when `DOCKER_HOST` is not set.
-const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 
 /// A Docker-compatible engine (Docker or podman's Docker API).
 pub struct BollardEngine {
@@ -43,207 +42,6 @@ pub struct BollardEngine {
     pooled: bool,
     /// The credentials pulls send.
     registry_auth: crate::RegistryAuth,
-}
-
-impl BollardEngine {
-    /// Connects as the docker CLI does (`DOCKER_HOST`, else the default
-    /// socket) and negotiates the API version, which is also the check
-    /// that the engine answers.
-    ///
-    /// # Errors
-    /// `Backend` of kind `unreachable` naming `DOCKER_HOST` or the socket when
-    /// the engine does not answer; `InvalidInput` for a `DOCKER_HOST` it cannot
-    /// use.
-    pub async fn connect() -> Result<Self, ExecutorError> {
-        let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string());
-        Self::connect_to(&host).await
-    }
-
-    /// Connects to the engine at `host` (as `DOCKER_HOST` would name it:
-    /// `unix:///path`, `tcp://host:port`), TLS as the docker CLI decides.
-    ///
-    /// # Errors
-    /// As [`BollardEngine::connect`].
-    pub async fn connect_to(host: &str) -> Result<Self, ExecutorError> {
-        let schemes = ["unix://", "tcp://", "http://", "https://"];
-        if !schemes.iter().any(|s| host.starts_with(s)) {
-            let hint = if host.starts_with("ssh://") {
-                "ssh:// is not spoken here; forward the engine's socket (ssh -L) and use unix:// or tcp://"
-            } else {
-                "write it as the docker CLI takes it: unix:///var/run/docker.sock or tcp://HOST:2375"
-            };
-            return Err(ExecutorError::InvalidInput(format!(
-                "DOCKER_HOST {host:?} names no engine it can reach: {hint}"
-            )));
-        }
-        let unreachable = |err: &dyn std::fmt::Display| {
-            ExecutorError::unreachable(
-                "connecting to the container engine",
-                format!(
-                    "no Docker engine answers at {host} ({err}); start one or point DOCKER_HOST at it"
-                ),
-            )
-        };
-        let mut pooled = false;
-        let docker = match tls_files(host)? {
-            Some(tls) => Docker::connect_with_ssl(
-                host,
-                &tls.key,
-                &tls.cert,
-                &tls.ca,
-                CONNECT_TIMEOUT_SECS,
-                bollard::API_DEFAULT_VERSION,
-            ),
-            None if host.starts_with("tcp://") || host.starts_with("http://") => {
-                tracing::warn!(%host, "the engine is reached over plain HTTP (no DOCKER_TLS_VERIFY)");
-                pooled = true;
-                crate::pooled::plain_http(host, CONNECT_TIMEOUT_SECS)
-            }
-            None => Docker::connect_with_host(host),
-        }
-        .map_err(|e| unreachable(&e))?;
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|e| unreachable(&e))?;
-        // On the connection the version call left open: the link's round
-        // trip, which decides whether transfers are compressed.
-        let pinged = std::time::Instant::now();
-        docker.ping().await.map_err(|e| unreachable(&e))?;
-        let round_trip = pinged.elapsed();
-        tracing::debug!(?round_trip, %host, "the engine's round trip");
-        Ok(BollardEngine {
-            docker,
-            reconnect_timeout: crate::DockerOptions::default().reconnect_timeout,
-            round_trip,
-            pooled,
-            registry_auth: crate::RegistryAuth::default(),
-        })
-    }
-
-    /// The engine's round trip, as timed at connect (one `/_ping`).
-    pub fn round_trip(&self) -> std::time::Duration {
-        self.round_trip
-    }
-
-    /// How long a call the engine does not answer (refused or dropped
-    /// connections, 429, 502-504) is tried again before it fails
-    /// ([`DockerOptions::reconnect_timeout`](crate::DockerOptions::reconnect_timeout)).
-    /// Calls that are safe to repeat are: inspections, lists, removals,
-    /// creating an exec.
-    pub fn reconnect_timeout(mut self, within: std::time::Duration) -> Self {
-        self.reconnect_timeout = within;
-        self
-    }
-
-    /// The credentials pulls send to each registry (none by default: every
-    /// pull is anonymous), e.g. [`RegistryAuth::from_docker_config`](crate::RegistryAuth::from_docker_config).
-    pub fn registry_auth(mut self, auth: crate::RegistryAuth) -> Self {
-        self.registry_auth = auth;
-        self
-    }
-}
-
-/// The read and write timeout of the engine connection, as bollard's default.
-const CONNECT_TIMEOUT_SECS: u64 = 120;
-
-/// The client certificate, its key and the CA of a TLS engine.
-struct TlsFiles {
-    ca: std::path::PathBuf,
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-}
-
-/// As the docker CLI: a `tcp://` (or `https://`) engine is reached over
-/// TLS when `DOCKER_TLS_VERIFY` is set to anything but the empty string,
-/// with `ca.pem`, `cert.pem` and `key.pem` from `DOCKER_CERT_PATH` (else
-/// `~/.docker`); the server's certificate is verified against `ca.pem`.
-fn tls_files(host: &str) -> Result<Option<TlsFiles>, ExecutorError> {
-    let verify = std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty());
-    let remote = host.starts_with("tcp://") || host.starts_with("https://");
-    if !remote || !(verify || host.starts_with("https://")) {
-        return Ok(None);
-    }
-    let dir = match std::env::var_os("DOCKER_CERT_PATH").filter(|p| !p.is_empty()) {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => match std::env::var_os("HOME") {
-            Some(home) => std::path::PathBuf::from(home).join(".docker"),
-            None => {
-                return Err(ExecutorError::InvalidInput(
-                    "DOCKER_TLS_VERIFY is set but neither DOCKER_CERT_PATH nor HOME is, \
-                     so there is no folder to take ca.pem, cert.pem and key.pem from"
-                        .into(),
-                ))
-            }
-        },
-    };
-    let files = TlsFiles {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("cert.pem"),
-        key: dir.join("key.pem"),
-    };
-    for file in [&files.ca, &files.cert, &files.key] {
-        if let Err(err) = std::fs::metadata(file) {
-            return Err(ExecutorError::InvalidInput(format!(
-                "the TLS engine at {host} needs {}: {err}; DOCKER_CERT_PATH (default ~/.docker) \
-                 must hold ca.pem, cert.pem and key.pem, as for the docker CLI",
-                file.display()
-            )));
-        }
-    }
-    Ok(Some(files))
-}
-
-fn status(err: &bollard::errors::Error) -> Option<u16> {
-    match err {
-        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
-    }
-}
-
-/// Whether the engine says the container is gone: Docker's 404, or the
-/// 500 podman answers while a container is being removed.
-fn container_gone(err: &bollard::errors::Error) -> bool {
-    match err {
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        } => true,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 500,
-            message,
-        } => message.contains("no such container"),
-        _ => false,
-    }
-}
-
-fn fail(context: impl Into<String>) -> impl Fn(bollard::errors::Error) -> ExecutorError {
-    let context = context.into();
-    move |err| {
-        let described = match &err {
-            bollard::errors::Error::DockerResponseServerError {
-                message,
-                status_code,
-            } => {
-                let message = format!("{message} (HTTP {status_code})");
-                // The engine answered: its error stands, except for the
-                // answers a proxy or a busy engine gives that a later call may not.
-                if matches!(status_code, 429 | 502 | 503 | 504) {
-                    ExecutorError::unreachable(context.clone(), message)
-                } else {
-                    ExecutorError::backend(context.clone(), message)
-                }
-            }
-            // No answer at all: the connection was refused, reset or timed out.
-            other => ExecutorError::unreachable(context.clone(), other.to_string()),
-        };
-        described.with_source(err)
-    }
-}
-
-/// Whether the engine refused to create a container for its image.
-fn is_image_refusal(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    message.contains("invalid reference format") || message.contains("no such image")
 }
 
 /// The calls that are safe to repeat, each tried once; the engine's
@@ -641,76 +439,5 @@ impl Engine for BollardEngine {
             self.remove_network_once(name)
         })
         .await
-    }
-}
-
-/// The body of `POST /containers/create` for `spec`, exactly as sent.
-pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
-    ContainerCreateBody {
-        image: Some(spec.image.clone()),
-        cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
-        entrypoint: spec.entrypoint.clone(),
-        labels: Some(spec.labels.clone()),
-        user: spec.user.clone(),
-        working_dir: Some(spec.working_dir.clone()),
-        env: (!spec.secret_env.is_empty() || !spec.env.is_empty()).then(|| {
-            spec.env
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .chain(
-                    spec.secret_env
-                        .iter()
-                        .map(|(k, v)| format!("{k}={}", v.expose())),
-                )
-                .collect()
-        }),
-        networking_config: match (&spec.network_mode, spec.network_aliases.is_empty()) {
-            (Some(network), false) => Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(
-                    network.clone(),
-                    EndpointSettings {
-                        aliases: Some(spec.network_aliases.clone()),
-                        ..Default::default()
-                    },
-                )])),
-            }),
-            _ => None,
-        },
-        host_config: Some(HostConfig {
-            memory: spec.memory,
-            // No swap beyond the memory limit, so the limit is the limit.
-            memory_swap: spec.memory,
-            nano_cpus: spec.nano_cpus,
-            network_mode: spec.network_mode.clone(),
-            security_opt: Some(spec.security_opt.clone()),
-            mounts: Some(
-                spec.volumes
-                    .iter()
-                    .map(|path| Mount {
-                        target: Some(path.clone()),
-                        typ: Some(MountType::VOLUME),
-                        // Labelled as the container, so a volume left by a
-                        // failed removal is found and removed by cleanup.
-                        volume_options: Some(MountVolumeOptions {
-                            labels: Some(spec.labels.clone()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            privileged: Some(false),
-            pids_limit: spec.pids_limit,
-            cap_drop: (!spec.cap_drop.is_empty()).then(|| spec.cap_drop.clone()),
-            cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
-            readonly_rootfs: spec.read_only.then_some(true),
-            tmpfs: spec.read_only.then(|| {
-                HashMap::from([("/tmp".to_string(), "rw,nosuid,nodev,mode=1777".to_string())])
-            }),
-            // A minimal init reaps what steps leave behind.
-            init: Some(true),
-            ..Default::default()
-        }),
-        ..Default::default()
     }
 }

@@ -1,0 +1,81 @@
+//! The body of a container's create call.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, MountVolumeOptions,
+    NetworkingConfig,
+};
+
+use crate::engine::ContainerSpec;
+
+/// The body of `POST /containers/create` for `spec`, exactly as sent.
+pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
+        entrypoint: spec.entrypoint.clone(),
+        labels: Some(spec.labels.clone()),
+        user: spec.user.clone(),
+        working_dir: Some(spec.working_dir.clone()),
+        env: (!spec.secret_env.is_empty() || !spec.env.is_empty()).then(|| {
+            spec.env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .chain(
+                    spec.secret_env
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.expose())),
+                )
+                .collect()
+        }),
+        networking_config: match (&spec.network_mode, spec.network_aliases.is_empty()) {
+            (Some(network), false) => Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network.clone(),
+                    EndpointSettings {
+                        aliases: Some(spec.network_aliases.clone()),
+                        ..Default::default()
+                    },
+                )])),
+            }),
+            _ => None,
+        },
+        host_config: Some(HostConfig {
+            memory: spec.memory,
+            // No swap beyond the memory limit, so the limit is the limit.
+            memory_swap: spec.memory,
+            nano_cpus: spec.nano_cpus,
+            network_mode: spec.network_mode.clone(),
+            security_opt: Some(spec.security_opt.clone()),
+            mounts: Some(
+                spec.volumes
+                    .iter()
+                    .map(|path| Mount {
+                        target: Some(path.clone()),
+                        typ: Some(MountType::VOLUME),
+                        // Labelled as the container, so a volume left by a
+                        // failed removal is found and removed by cleanup.
+                        volume_options: Some(MountVolumeOptions {
+                            labels: Some(spec.labels.clone()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            privileged: Some(false),
+            pids_limit: spec.pids_limit,
+            cap_drop: (!spec.cap_drop.is_empty()).then(|| spec.cap_drop.clone()),
+            cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
+            readonly_rootfs: spec.read_only.then_some(true),
+            tmpfs: spec.read_only.then(|| {
+                HashMap::from([("/tmp".to_string(), "rw,nosuid,nodev,mode=1777".to_string())])
+            }),
+            // A minimal init reaps what steps leave behind.
+            init: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
