@@ -3,6 +3,7 @@
 mod attempt;
 mod caches;
 mod resume;
+mod steps;
 mod supervise;
 
 pub use resume::resume_with;

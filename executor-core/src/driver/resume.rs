@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{run_steps, wind_up, AttemptRecord, Resumed, Steps};
+use super::attempt::{wind_up, AttemptRecord};
 use super::finish;
+use super::steps::{run_steps, Resumed, Steps};
 use super::supervise::Watch;
 use crate::cache::CacheResult;
 use crate::detached::Offsets;
