@@ -63,7 +63,7 @@ impl RunHandle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepCommand {
     /// Names the step's files in the environment (see
-    /// [`StepFiles`](crate::detached::StepFiles)), so unique within the
+    /// `executor_container::detached::StepFiles`), so unique within the
     /// run's environment: the driver gives [`RunLog::step_id`], which no
     /// step can know beforehand and a resumed run ([`crate::resume`])
     /// finds again.
@@ -78,7 +78,7 @@ pub struct StepCommand {
     /// step's output is followed on from these offsets (what that runner's
     /// log had) instead of starting it again. A backend that cannot
     /// follow refuses resume before any step ([`Executor::reattach`]).
-    pub follow_from: Option<crate::detached::Offsets>,
+    pub follow_from: Option<Offsets>,
     /// The steps that come next if this one succeeds (the driver gives
     /// up to two), so a backend can open their starts while this one
     /// runs and release each with one message: a step then costs about
@@ -381,4 +381,14 @@ pub trait Executor: Send + Sync {
         runner: &str,
         scope: CleanupScope,
     ) -> Result<CleanupReport, ExecutorError>;
+}
+
+/// How many bytes of each of a step's streams the log already has: where
+/// a step's output is followed on from after a cut, or by a resumed run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offsets {
+    /// Bytes of stdout.
+    pub stdout: u64,
+    /// Bytes of stderr.
+    pub stderr: u64,
 }

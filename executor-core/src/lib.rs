@@ -21,8 +21,6 @@
 #![warn(clippy::missing_errors_doc)]
 
 pub mod cache;
-pub mod container;
-pub mod detached;
 mod driver;
 mod error;
 pub mod events;
@@ -48,7 +46,9 @@ pub use driver::{run, run_with, DriverOptions, DEFAULT_GRACE};
 pub use error::ExecutorError;
 #[cfg(feature = "mock")]
 pub use executor::MockExecutor;
-pub use executor::{CleanupReport, CleanupScope, CommandOutcome, Executor, RunHandle, StepCommand};
+pub use executor::{
+    CleanupReport, CleanupScope, CommandOutcome, Executor, Offsets, RunHandle, StepCommand,
+};
 pub use failure::{Failure, FailureKind, RetryPolicy};
 pub use log::{MemoryLog, Reword, RunLog, DEFAULT_OUTPUT_LIMIT};
 pub use mask::{Masker, Secret};

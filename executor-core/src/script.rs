@@ -2,7 +2,7 @@
 //! runs: quoting, and the kill of a step's process tree. Neither Docker
 //! nor Kubernetes has a call that kills an exec, so the runner finds the
 //! step's processes by the pid its supervisor wrote (see
-//! [`crate::detached`], which starts the step).
+//! `executor_container::detached`, which starts the step).
 
 /// Quotes a value for POSIX `sh`.
 ///

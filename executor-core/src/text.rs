@@ -96,7 +96,14 @@ impl HeadBuffer {
         text
     }
 
-    pub(crate) fn keep(&mut self, buf: &[u8]) {
+    /// Keeps what fits of `buf` and counts the rest.
+    ///
+    /// ```
+    /// let mut head = executor_core::text::HeadBuffer::new(3);
+    /// head.keep(b"abcdef");
+    /// assert_eq!((head.kept(), head.dropped()), (&b"abc"[..], 3));
+    /// ```
+    pub fn keep(&mut self, buf: &[u8]) {
         let room = self.cap.saturating_sub(self.kept.len());
         let take = room.min(buf.len());
         self.kept.extend_from_slice(&buf[..take]);

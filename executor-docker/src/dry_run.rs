@@ -84,7 +84,7 @@ impl Engine for DryRunEngine {
         ));
         // A step's exec ends both streams with the end mark, as it would:
         // its id carries the marks' key.
-        Ok(match executor_core::detached::end_key(&exec.cmd) {
+        Ok(match executor_container::detached::end_key(&exec.cmd) {
             Some(key) => format!("{STEP_EXEC}{key}"),
             None => "dry-run-exec".to_string(),
         })
@@ -93,10 +93,10 @@ impl Engine for DryRunEngine {
         self.say(format!(
             "POST /exec/{exec_id}/start (attached: stdout, stderr)"
         ));
-        let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
+        let begin = bytes::Bytes::from_static(executor_container::detached::BEGIN_MARK);
         let frames = match exec_id.strip_prefix(STEP_EXEC) {
             Some(key) => {
-                let end = bytes::Bytes::from(executor_core::detached::end_mark(key, 0));
+                let end = bytes::Bytes::from(executor_container::detached::end_mark(key, 0));
                 vec![
                     Ok((
                         StepStream::Stdout,

@@ -181,7 +181,7 @@ impl Cluster for DryRunCluster {
             self.ns()
         ));
         Ok(Box::new(DryExec {
-            marked: executor_core::detached::end_key(argv).map(str::to_string),
+            marked: executor_container::detached::end_key(argv).map(str::to_string),
         }))
     }
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
@@ -237,8 +237,8 @@ impl ExecSession for DryExec {
         if let Some(key) = &self.marked {
             use tokio::io::AsyncWriteExt;
             let mark = [
-                executor_core::detached::BEGIN_MARK,
-                &executor_core::detached::end_mark(key, 0),
+                executor_container::detached::BEGIN_MARK,
+                &executor_container::detached::end_mark(key, 0),
             ]
             .concat();
             io.stdout

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::container::gather::{Frame, Gathered};
+use executor_container::container::gather::{Frame, Gathered};
 use executor_core::events::OutputStream;
 use executor_core::ExecutorError;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};

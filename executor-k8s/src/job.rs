@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use executor_core::container::{environment_name, Marks, KEEP_ALIVE};
+use executor_container::container::{environment_name, Marks, KEEP_ALIVE};
 use executor_core::labels::{label_value, RUNNER_LABEL};
 use executor_core::RunSpec;
 use k8s_openapi::api::batch::v1::Job;
@@ -14,7 +14,7 @@ use crate::K8sOptions;
 /// The container's name in the pod.
 pub const CONTAINER: &str = "run";
 /// The folder, an emptyDir, holding the runner's own files.
-pub use executor_core::container::STATE_DIR;
+pub use executor_container::container::STATE_DIR;
 
 /// Names and labels of one run's objects.
 #[derive(Debug, Clone)]

@@ -10,8 +10,8 @@ use super::finish;
 use super::steps::{run_steps, Resumed, Steps};
 use super::supervise::Watch;
 use crate::cache::CacheResult;
-use crate::detached::Offsets;
 use crate::resume::{Mark, Reattached};
+use crate::Offsets;
 use crate::{
     Attempt, DriverOptions, Executor, ExecutorError, Failure, RunLog, RunResult, RunSpec,
     StepStatus,

@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::AttemptRecord;
 use super::supervise::{Supervised, Watch, Why};
-use crate::detached::Offsets;
 use crate::events::Event;
+use crate::Offsets;
 use crate::{
     CommandOutcome, Executor, Failure, FailureKind, RunHandle, RunLog, RunSpec, StepCommand,
     StepResult, StepStatus,

@@ -209,8 +209,17 @@ impl RunLog {
         self.lock().usage = Some(usage);
     }
 
-    /// What the step that just ended cost, taken once.
-    pub(crate) fn take_usage(&self) -> Option<crate::usage::StepUsage> {
+    /// What the step that just ended cost, taken once: the driver takes
+    /// it as the step ends, and a backend's test to see what it told.
+    ///
+    /// ```
+    /// use executor_core::usage::StepUsage;
+    /// let (log, _) = executor_core::RunLog::memory();
+    /// log.record_usage(StepUsage { cpu_user_ms: 5, ..Default::default() });
+    /// assert_eq!(log.take_usage().map(|u| u.cpu_user_ms), Some(5));
+    /// assert!(log.take_usage().is_none());
+    /// ```
+    pub fn take_usage(&self) -> Option<crate::usage::StepUsage> {
         self.lock().usage.take()
     }
 

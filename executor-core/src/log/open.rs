@@ -165,7 +165,7 @@ impl RunLog {
 
     /// The running step's output goes on from `from`: what an earlier
     /// runner's log already holds of it.
-    pub(crate) fn step_goes_on_from(&self, from: crate::detached::Offsets) {
+    pub(crate) fn step_goes_on_from(&self, from: crate::Offsets) {
         let mut inner = self.lock();
         inner.taken = [from.stdout, from.stderr];
         if inner.marking {

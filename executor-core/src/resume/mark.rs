@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::detached::Offsets;
 use crate::events::Event;
+use crate::Offsets;
 use crate::{Attempt, CacheResult, StepResult, StepStatus};
 
 /// How far a run got, as its log shows it; see the module docs.

@@ -1,7 +1,7 @@
 //! Carrying a run on after its runner process was killed.
 //!
 //! A container backend's environment outlives the runner that started it,
-//! and each step outlives its exec ([`crate::detached`]). Three records
+//! and each step outlives its exec (`executor_container::detached`). Three records
 //! let a new runner process carry the run on, with the result the first
 //! would have written:
 //!

@@ -1,14 +1,14 @@
 //! Starts opened ahead: while a step runs, the next ones' execs are
 //! created and started, each waiting at its gate
-//! ([`StepFiles::gated_start_argv`](executor_core::detached::StepFiles::gated_start_argv)),
+//! ([`StepFiles::gated_start_argv`](executor_container::detached::StepFiles::gated_start_argv)),
 //! and a step begins with one line written to its exec's stdin: one trip
 //! to a remote engine instead of an exec's create and start.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use executor_core::container::{gated_start_argv, StepStart};
-use executor_core::detached::{ExecEnd, GatedStart, GATE_OPEN};
+use executor_container::container::{gated_start_argv, StepStart};
+use executor_container::detached::{ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;

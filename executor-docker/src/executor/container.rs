@@ -1,7 +1,7 @@
 //! The run's container: its spec, its image, its folders and checkout.
 
 use super::*;
-use executor_core::container::{environment_name, name_suffix, Marks, KEEP_ALIVE};
+use executor_container::container::{environment_name, name_suffix, Marks, KEEP_ALIVE};
 
 impl DockerExecutor {
     pub(super) fn container_spec(

@@ -5,10 +5,10 @@
 use std::convert::Infallible;
 
 use super::*;
-use executor_core::container::gather::{Frame, Gathered};
-use executor_core::container::oom;
-use executor_core::container::StepEnvironment;
-use executor_core::detached::{marks_its_end, ExecEnd, StepExec, StepFiles};
+use executor_container::container::gather::{Frame, Gathered};
+use executor_container::container::oom;
+use executor_container::container::StepEnvironment;
+use executor_container::detached::{marks_its_end, ExecEnd, StepExec, StepFiles};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::engine::StepStream;

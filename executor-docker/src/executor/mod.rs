@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::container::{
+use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart, STATE_DIR,
 };
 use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
@@ -50,7 +50,7 @@ pub struct DockerExecutor {
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
     compress: bool,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: executor_core::container::ahead::AheadStarts,
+    ahead: executor_container::container::ahead::AheadStarts,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
     /// Per container, whether its image has `gzip`, once asked.

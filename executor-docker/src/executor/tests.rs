@@ -26,7 +26,7 @@ fn step() -> StepCommand {
 /// The id a mock gives the exec `exec`: `name`, and the key of its end
 /// marks, if it has one.
 fn exec_id(name: &str, exec: &crate::engine::ExecSpec) -> String {
-    let key = executor_core::detached::end_key(&exec.cmd).unwrap_or_default();
+    let key = executor_container::detached::end_key(&exec.cmd).unwrap_or_default();
     format!("{name}:{key}")
 }
 
@@ -39,8 +39,8 @@ fn named(exec_id: &str) -> (&str, &str) {
 /// the begin mark on both streams, `stdout`, then the end mark on both.
 fn whole(exec_id: &str, stdout: &str, status: u8) -> crate::engine::ExecOutput {
     let key = named(exec_id).1;
-    let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
-    let end = bytes::Bytes::from(executor_core::detached::end_mark(key, status));
+    let begin = bytes::Bytes::from_static(executor_container::detached::BEGIN_MARK);
+    let end = bytes::Bytes::from(executor_container::detached::end_mark(key, status));
     futures_util::stream::iter([
         Ok((StepStream::Stdout, begin.clone())),
         Ok((StepStream::Stderr, begin)),
@@ -102,10 +102,10 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
         Ok(exec_id(name, exec))
     });
     mock.expect_exec_start().returning(|id| {
-        let begin = bytes::Bytes::from_static(executor_core::detached::BEGIN_MARK);
+        let begin = bytes::Bytes::from_static(executor_container::detached::BEGIN_MARK);
         Ok(match named(id).0 {
             "probe" => futures_util::stream::empty().boxed(),
-            "follow" => whole(id, "", executor_core::detached::FOLLOW_LOST as u8),
+            "follow" => whole(id, "", executor_container::detached::FOLLOW_LOST as u8),
             _ => futures_util::stream::iter([
                 Ok((StepStream::Stdout, begin.clone())),
                 Ok((StepStream::Stderr, begin)),
@@ -118,7 +118,7 @@ async fn a_missing_exit_code_is_lost_status_never_success() {
             running: false,
             exit_code: match named(id).0 {
                 "probe" => Some(0),
-                "follow" => Some(i64::from(executor_core::detached::FOLLOW_LOST)),
+                "follow" => Some(i64::from(executor_container::detached::FOLLOW_LOST)),
                 _ => None,
             },
         })

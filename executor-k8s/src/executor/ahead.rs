@@ -1,6 +1,6 @@
 //! Starts opened ahead: while a step runs, the next ones' execs are
 //! opened (the connection, its TLS and the upgrade), each waiting at its
-//! gate ([`StepFiles::gated_start_argv`](executor_core::detached::StepFiles::gated_start_argv)),
+//! gate ([`StepFiles::gated_start_argv`](executor_container::detached::StepFiles::gated_start_argv)),
 //! and a step begins with one line on its exec's stdin: one trip to a
 //! remote API server instead of an exec's set-up.
 
@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
-use executor_core::container::{gated_start_argv, StepStart};
-use executor_core::detached::{ExecEnd, GatedStart, GATE_OPEN};
+use executor_container::container::{gated_start_argv, StepStart};
+use executor_container::detached::{ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;

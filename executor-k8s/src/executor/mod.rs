@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_core::container::{
+use executor_container::container::{
     expired, is_runners, name_suffix, run_command, the_live_run, Place, StepStart,
 };
 use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits, UnpackSummary};
@@ -46,7 +46,7 @@ pub struct K8sExecutor {
     /// Per pod, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: executor_core::container::ahead::AheadStarts,
+    ahead: executor_container::container::ahead::AheadStarts,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
 }

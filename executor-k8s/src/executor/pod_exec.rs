@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use executor_core::detached::{ExecEnd, StepExec, StepFiles};
+use executor_container::detached::{ExecEnd, StepExec, StepFiles};
 use executor_core::tar::{pack_dir, PackStream};
 use executor_core::ExecutorError;
 use tokio_util::sync::CancellationToken;
@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::{step_fate, K8sExecutor, LiveRun};
 use crate::cluster::{Ended, ExecIo, ExecSession};
 use crate::job::CONTAINER;
-use executor_core::container::{oom, StepEnvironment};
+use executor_container::container::{oom, StepEnvironment};
 use executor_core::CommandOutcome;
 
 impl K8sExecutor {

@@ -2,7 +2,7 @@
 //! sessions, in milliseconds: what a real cluster shows only under faults.
 //! (The wire protocols under a session are tested in `exec.rs`.)
 
-use executor_core::detached::{end_key, end_mark, BEGIN_MARK};
+use executor_container::detached::{end_key, end_mark, BEGIN_MARK};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -221,7 +221,7 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
                 "follow" => step_exec(
                     argv,
                     "",
-                    Ended::Exited(executor_core::detached::FOLLOW_LOST),
+                    Ended::Exited(executor_container::detached::FOLLOW_LOST),
                 ),
                 "probe" => exec("", Ended::Exited(0)),
                 other => panic!("unexpected {other} exec: {argv:?}"),

@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::usage::{StepUsage, MARKED_MAX};
+use executor_core::usage::{StepUsage, MARKED_MAX};
 
 /// What every end mark begins with: a NUL first, which text output
 /// seldom has, so nothing is held back for it.
@@ -44,7 +44,7 @@ const PREFIX: &[u8] = b"\0knotless-step-end ";
 /// or a follow with it, as the environment would.
 ///
 /// ```
-/// use executor_core::detached::end_mark;
+/// use executor_container::detached::end_mark;
 /// assert_eq!(end_mark("00ff", 7), b"\0knotless-step-end 007 00ff\n");
 /// ```
 pub fn end_mark(key: &str, status: u8) -> Vec<u8> {
@@ -55,7 +55,7 @@ pub fn end_mark(key: &str, status: u8) -> Vec<u8> {
 /// exec that marks its end ([`super::marks_its_end`]).
 ///
 /// ```
-/// use executor_core::detached::{end_key, Offsets, StepFiles};
+/// use executor_container::detached::{end_key, Offsets, StepFiles};
 /// use executor_core::script::Script;
 /// let files = StepFiles::new("/.knotless", "a1s0");
 /// let start = files.start_argv("", Script::Inline("true"));

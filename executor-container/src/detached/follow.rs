@@ -70,7 +70,7 @@ pub(super) async fn gap(
     log: &RunLog,
     interrupt: &CancellationToken,
 ) -> Result<u64, ExecutorError> {
-    let mut said = crate::text::HeadBuffer::new(32);
+    let mut said = executor_core::text::HeadBuffer::new(32);
     let ended = reopened(
         exec,
         &files.oldest_argv(stream),
@@ -104,7 +104,7 @@ pub(super) async fn reopened(
     log: &RunLog,
     interrupt: &CancellationToken,
 ) -> Result<ExecEnd, ExecutorError> {
-    let mut backoff = crate::outage::Backoff::new(reconnect);
+    let mut backoff = executor_core::outage::Backoff::new(reconnect);
     let mut said = false;
     loop {
         match exec.exec(argv, stdout, stderr, interrupt).await {
@@ -140,7 +140,7 @@ pub(super) async fn status(
         if tries > 0 && !paused(tries, interrupt).await {
             return killed(exec, files).await;
         }
-        let mut text = crate::text::HeadBuffer::new(128);
+        let mut text = executor_core::text::HeadBuffer::new(128);
         let ended = reopened(
             exec,
             &argv,

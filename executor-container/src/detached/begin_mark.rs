@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
 
-use crate::text::HeadBuffer;
+use executor_core::text::HeadBuffer;
 
 /// The first bytes of both streams of a start or a follow, once its shell
 /// runs: a NUL first, as in an end mark ([`super::end_mark`]).

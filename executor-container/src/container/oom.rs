@@ -8,7 +8,7 @@
 //! above it after the step ended is the step's.
 
 use crate::detached::StepFiles;
-use crate::script::quote;
+use executor_core::script::quote;
 
 /// Where an environment's memory cgroup counts its OOM kills (an
 /// `oom_kill N` line): cgroup v2's `memory.events`, v1's
@@ -20,8 +20,8 @@ pub const COUNTERS: &str = "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/m
 /// the environment with `sh -c`; it always exits 0.
 ///
 /// ```
-/// use executor_core::container::oom;
-/// use executor_core::detached::StepFiles;
+/// use executor_container::container::oom;
+/// use executor_container::detached::StepFiles;
 /// let probe = oom::probe(&StepFiles::new("/knotless", "s1"));
 /// assert!(probe.contains("/knotless/stepio-s1.oom"));
 /// ```
@@ -36,7 +36,7 @@ pub fn probe(files: &StepFiles) -> String {
 /// step's baseline: none, or one that is not a number, is 0.
 ///
 /// ```
-/// use executor_core::container::oom::killed_since_start;
+/// use executor_container::container::oom::killed_since_start;
 /// assert!(killed_since_start("oom 1\noom_kill 1\nbaseline \n"));
 /// assert!(!killed_since_start("oom 1\noom_kill 1\nbaseline 1\n"));
 /// assert!(!killed_since_start("no counters here\n"));
@@ -56,7 +56,7 @@ pub fn killed_since_start(said: &str) -> bool {
 /// memory limit as its backend writes it, if it has one.
 ///
 /// ```
-/// use executor_core::container::oom::words;
+/// use executor_container::container::oom::words;
 /// assert_eq!(
 ///     words(Some("32Mi")),
 ///     "OOMKilled: the step ran out of memory (the container's limit of 32Mi)"

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::Prepared;
 use crate::detached::GatedStart;
-use crate::{ExecutorError, StepCommand};
+use executor_core::{ExecutorError, StepCommand};
 
 /// An open start, waiting at its gate.
 type Gate = Box<dyn GatedStart>;

@@ -43,10 +43,10 @@
 //! them. Everything in the
 //! state folder is in the step's reach, so the runner treats it as
 //! untrusted: a status is accepted only as a number from 0 to 255, and
-//! the pid the kill reads is checked (see [`crate::script::kill_tree`]).
+//! the pid the kill reads is checked (see [`executor_core::script::kill_tree`]).
 //!
 //! ```
-//! use executor_core::detached::{Offsets, StepFiles};
+//! use executor_container::detached::{Offsets, StepFiles};
 //! use executor_core::script::Script;
 //! let files = StepFiles::new("/.knotless", "1a2b");
 //! let argv = files.start_argv("", Script::File("/.knotless/step-ab.sh"));
@@ -63,12 +63,12 @@ use async_trait::async_trait;
 use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::OutputStream;
-use crate::{ExecutorError, FailureKind, RunLog};
 use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
 pub use end_mark::{end_key, end_mark};
 use end_mark::{EndMarked, Ends};
+use executor_core::events::OutputStream;
+use executor_core::{ExecutorError, FailureKind, RunLog};
 
 mod begin_mark;
 mod end_mark;
@@ -228,7 +228,7 @@ pub struct Follow {
     /// reconnect timeout.
     pub reconnect: Duration,
     /// Set when an earlier runner process may have started the step
-    /// ([`StepCommand::follow_from`](crate::StepCommand::follow_from)):
+    /// ([`StepCommand::follow_from`](executor_core::StepCommand::follow_from)):
     /// if the step's pipes are there it is followed on from these
     /// offsets; if not, it is started.
     pub from: Option<Offsets>,

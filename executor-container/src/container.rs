@@ -10,7 +10,7 @@
 //! annotations, since a label value cannot hold a DID.
 //!
 //! ```
-//! use executor_core::container::{environment_name, Marks, expired, is_runners};
+//! use executor_container::container::{environment_name, Marks, expired, is_runners};
 //! use executor_core::RunSpec;
 //! use std::collections::HashMap;
 //! use std::time::Duration;
@@ -32,13 +32,13 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::detached::{run_step_released, Follow, GatedStart, StepEnd, StepExec, StepFiles};
-use crate::labels::{
+use executor_core::labels::{
     dns_name, label_value, random_hex, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL,
     RUN_RAW_KEY,
 };
-use crate::resume::PLAN_DIGEST_KEY;
-use crate::script::{Script, ScriptFiles};
-use crate::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
+use executor_core::resume::PLAN_DIGEST_KEY;
+use executor_core::script::{Script, ScriptFiles};
+use executor_core::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
 
 pub mod ahead;
 pub mod gather;
@@ -150,7 +150,7 @@ pub struct Place<'a> {
 /// or the one has no plan digest (a runner without resume started it).
 ///
 /// ```
-/// use executor_core::container::{the_live_run, Marks, Place};
+/// use executor_container::container::{the_live_run, Marks, Place};
 /// use executor_core::RunSpec;
 /// use std::collections::HashMap;
 /// use std::time::Duration;

@@ -2,10 +2,10 @@
 //! that starts, follows, probes, reads or kills it.
 
 use super::scripts::{BEGIN, FOLLOW, GATE, START, STREAMS};
-use crate::events::OutputStream;
-use crate::script::Script;
-use crate::usage::StepUsage;
-use crate::ExecutorError;
+use executor_core::events::OutputStream;
+use executor_core::script::Script;
+use executor_core::usage::StepUsage;
+use executor_core::ExecutorError;
 
 /// The files of one step in the environment's state folder, all named
 /// from one prefix, `stepio-ID`: `.pid` (the supervisor's pid and its
@@ -19,15 +19,7 @@ use crate::ExecutorError;
 pub struct StepFiles {
     pub(super) prefix: String,
 }
-
-/// How many bytes of each stream the log already has.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Offsets {
-    /// Bytes of stdout.
-    pub stdout: u64,
-    /// Bytes of stderr.
-    pub stderr: u64,
-}
+pub use executor_core::Offsets;
 
 impl StepFiles {
     /// The files of the step `id` (unique within the run) in `state_dir`.
@@ -72,7 +64,7 @@ impl StepFiles {
             .replace("FOLLOW", &follow)
             .replace("FLAGS", flags)
             .replace("OOM_COUNTERS", crate::container::oom::COUNTERS)
-            .replace("USAGE_MAX", &crate::usage::MARKED_MAX.to_string())
+            .replace("USAGE_MAX", &executor_core::usage::MARKED_MAX.to_string())
             // Last: the prelude names the step's variables (`CFLAGS`).
             .replace("PRELUDE", prelude);
         vec![
@@ -81,7 +73,7 @@ impl StepFiles {
             text,
             self.prefix.clone(),
             arg.into(),
-            crate::labels::random_hex(16),
+            executor_core::labels::random_hex(16),
         ]
     }
 
@@ -93,7 +85,7 @@ impl StepFiles {
     /// runner died) runs nothing.
     ///
     /// ```
-    /// use executor_core::detached::{StepFiles, marks_its_end};
+    /// use executor_container::detached::{StepFiles, marks_its_end};
     /// use executor_core::script::Script;
     /// let files = StepFiles::new("/.knotless", "a1s1-00");
     /// let argv = files.gated_start_argv("", Script::File("/.knotless/step-ab.sh"));
@@ -119,7 +111,7 @@ impl StepFiles {
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),
-            crate::labels::random_hex(16),
+            executor_core::labels::random_hex(16),
         ]
     }
 
@@ -150,7 +142,7 @@ impl StepFiles {
     }
 
     /// The files of `step` in `state_dir`, named by its
-    /// [`StepCommand::id`](crate::StepCommand::id).
+    /// [`StepCommand::id`](executor_core::StepCommand::id).
     ///
     /// # Errors
     /// `InvalidInput` for an id that is empty, longer than 64 bytes, or
@@ -158,14 +150,15 @@ impl StepFiles {
     /// files.
     ///
     /// ```
-    /// use executor_core::{detached::StepFiles, StepCommand};
+    /// use executor_container::detached::StepFiles;
+    /// use executor_core::StepCommand;
     /// let mut step = StepCommand::new("build", "make", vec![]);
     /// step.id = "a1s0".into();
     /// assert_eq!(StepFiles::of(&step, "/.knotless").unwrap().pid_file(), "/.knotless/stepio-a1s0.pid");
     /// step.id = "../x".into();
     /// assert!(StepFiles::of(&step, "/.knotless").is_err());
     /// ```
-    pub fn of(step: &crate::StepCommand, state_dir: &str) -> Result<Self, ExecutorError> {
+    pub fn of(step: &executor_core::StepCommand, state_dir: &str) -> Result<Self, ExecutorError> {
         let id = &step.id;
         let fine = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
         if id.is_empty() || id.len() > 64 || !id.bytes().all(fine) || id.starts_with('.') {
@@ -187,7 +180,7 @@ impl StepFiles {
     /// its output.
     pub fn kill_script(&self) -> String {
         let (out, err) = (format!("{}.o", self.prefix), format!("{}.e", self.prefix));
-        crate::script::kill_tree(&self.pid_file(), &[&out, &err])
+        executor_core::script::kill_tree(&self.pid_file(), &[&out, &err])
     }
 }
 
@@ -195,7 +188,7 @@ impl StepFiles {
 /// perhaps a newline, nothing else (the file is in the step's reach).
 ///
 /// ```
-/// use executor_core::detached::parse_status;
+/// use executor_container::detached::parse_status;
 /// assert_eq!(parse_status("137\n"), Some(137));
 /// assert_eq!(parse_status("0"), Some(0));
 /// assert_eq!(parse_status("-1\n"), None);
@@ -211,7 +204,7 @@ pub fn parse_status(text: &str) -> Option<i32> {
 /// A status with usage that cannot be read is still the status.
 ///
 /// ```
-/// use executor_core::detached::parse_status_line;
+/// use executor_container::detached::parse_status_line;
 /// let (status, usage) = parse_status_line("1 120 30 2048 0\n").unwrap();
 /// assert_eq!((status, usage.map(|u| u.cpu_user_ms)), (1, Some(120)));
 /// assert_eq!(parse_status_line("0 \n"), Some((0, None)));
@@ -235,7 +228,7 @@ pub fn parse_status_line(text: &str) -> Option<(i32, Option<StepUsage>)> {
 /// [`ExecEnd::Ended`](super::ExecEnd::Ended) for them without asking for the code.
 ///
 /// ```
-/// use executor_core::detached::{marks_its_end, Offsets, StepFiles};
+/// use executor_container::detached::{marks_its_end, Offsets, StepFiles};
 /// use executor_core::script::Script;
 /// let files = StepFiles::new("/.knotless", "a1s0");
 /// assert!(marks_its_end(&files.start_argv("", Script::Inline("true"))));

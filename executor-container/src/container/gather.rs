@@ -27,7 +27,7 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use executor_core::container::gather::{Frame, Gathered};
+//! use executor_container::container::gather::{Frame, Gathered};
 //! use executor_core::events::OutputStream::Stdout;
 //! use futures_util::stream;
 //! # #[tokio::main(flavor = "current_thread")]
@@ -54,7 +54,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{Stream, StreamExt};
 
-use crate::events::OutputStream;
+use executor_core::events::OutputStream;
 
 /// A piece at least this large, after which the connection was empty,
 /// shows a loud step: the next read waits [`PAUSE`].

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
-use crate::script::Script;
+use executor_core::script::Script;
 
 /// Runs argv on the host with `shell` in place of `sh`. Each exec takes
 /// the next cut from `cuts`: after that many bytes of stdout its process
@@ -285,15 +285,17 @@ impl Outputs {
     fn attach(log: &RunLog) -> std::sync::Arc<Outputs> {
         let outputs = std::sync::Arc::new(Outputs::default());
         let sink = outputs.clone();
-        log.add_sink(std::sync::Arc::new(move |event: &crate::events::Event| {
-            if let crate::events::Event::Output { stream, bytes, .. } = event {
-                let mut both = sink.0.lock().unwrap_or_else(|p| p.into_inner());
-                match stream {
-                    OutputStream::Stdout => both.0.extend_from_slice(bytes),
-                    OutputStream::Stderr => both.1.extend_from_slice(bytes),
+        log.add_sink(std::sync::Arc::new(
+            move |event: &executor_core::events::Event| {
+                if let executor_core::events::Event::Output { stream, bytes, .. } = event {
+                    let mut both = sink.0.lock().unwrap_or_else(|p| p.into_inner());
+                    match stream {
+                        OutputStream::Stdout => both.0.extend_from_slice(bytes),
+                        OutputStream::Stderr => both.1.extend_from_slice(bytes),
+                    }
                 }
-            }
-        }));
+            },
+        ));
         outputs
     }
 
@@ -1161,7 +1163,11 @@ async fn a_start_that_died_at_its_gate_is_started_then_never_twice() {
 
 /// What a step cost, as the wrapper measured it and the log was told:
 /// from the start's end mark, or from the status file after a cut.
-async fn usage_of(shell: &[&str], script: &str, cuts: &[Option<u64>]) -> crate::usage::StepUsage {
+async fn usage_of(
+    shell: &[&str],
+    script: &str,
+    cuts: &[Option<u64>],
+) -> executor_core::usage::StepUsage {
     let (_dir, files) = state();
     let exec = HostExec::new(shell, cuts);
     let (log, _) = RunLog::memory();
