@@ -77,7 +77,7 @@ mod follow;
 mod marked;
 mod scripts;
 
-pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles};
+pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles, OOM_COUNTERS};
 use follow::{from_now, gap, killed, paused, reopened, started, status};
 use marked::{Counted, Marked};
 use scripts::GATE;

@@ -10,10 +10,7 @@
 use crate::detached::StepFiles;
 use executor_core::script::quote;
 
-/// Where an environment's memory cgroup counts its OOM kills (an
-/// `oom_kill N` line): cgroup v2's `memory.events`, v1's
-/// `memory.oom_control`. The step's wrapper reads them too.
-pub const COUNTERS: &str = "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control";
+pub use crate::detached::OOM_COUNTERS as COUNTERS;
 
 /// The shell text that prints the environment's `oom_kill` counters and
 /// the step's baseline, for [`killed_since_start`] to read. Run it in

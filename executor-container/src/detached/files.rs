@@ -21,6 +21,13 @@ pub struct StepFiles {
 }
 pub use executor_core::Offsets;
 
+/// Where an environment's memory cgroup counts its OOM kills (an
+/// `oom_kill N` line): cgroup v2's `memory.events`, v1's
+/// `memory.oom_control`. The step's wrapper reads them as the step
+/// starts; [`crate::container::oom`] reads them after.
+pub const OOM_COUNTERS: &str =
+    "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control";
+
 impl StepFiles {
     /// The files of the step `id` (unique within the run) in `state_dir`.
     pub fn new(state_dir: &str, id: &str) -> Self {
@@ -63,7 +70,7 @@ impl StepFiles {
             .replace("BEGIN", BEGIN)
             .replace("FOLLOW", &follow)
             .replace("FLAGS", flags)
-            .replace("OOM_COUNTERS", crate::container::oom::COUNTERS)
+            .replace("OOM_COUNTERS", OOM_COUNTERS)
             .replace("USAGE_MAX", &executor_core::usage::MARKED_MAX.to_string())
             // Last: the prelude names the step's variables (`CFLAGS`).
             .replace("PRELUDE", prelude);
