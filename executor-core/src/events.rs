@@ -373,7 +373,7 @@ impl Event {
                 let code = exit_code.map_or_else(|| "no exit code".into(), |c| format!("exit {c}"));
                 let dropped = match output_dropped_bytes {
                     0 => String::new(),
-                    n => format!(", {} of output dropped", crate::log::size(*n)),
+                    n => format!(", {} of output dropped", crate::text::size(*n)),
                 };
                 let cost = usage.map(|u| format!(", {}", u.summary())).unwrap_or_default();
                 format!(

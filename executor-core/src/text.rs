@@ -33,6 +33,25 @@ pub fn one_line(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// `bytes` as a person reads a size: `64 MiB`, `1.5 KiB`, `12 bytes`.
+pub(crate) fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// A writer that keeps the first `cap` bytes written to it and counts the
 /// rest, for the stderr of a runner's own commands: only the start is
 /// ever shown, and a hostile tool may print without end.
@@ -210,5 +229,17 @@ mod terminal_tests {
         shown.write_all(b"\nb\r").unwrap();
         shown.write_all(b"c\x07\x7f").unwrap();
         assert_eq!(shown.into_inner(), b"a\r\nb^Mc^G^?");
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::size;
+
+    #[test]
+    fn sizes_read_as_a_person_says_them() {
+        assert_eq!(size(12), "12 bytes");
+        assert_eq!(size(64 << 20), "64 MiB");
+        assert_eq!(size(1536), "1.5 KiB");
     }
 }

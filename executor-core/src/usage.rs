@@ -111,7 +111,7 @@ impl StepUsage {
         let cpu = self.cpu_ms();
         let mut text = format!("cpu {}.{}s", cpu / 1000, (cpu % 1000) / 100);
         if let Some(peak) = self.max_rss_bytes {
-            text.push_str(&format!(", peak {}", crate::log::size(peak)));
+            text.push_str(&format!(", peak {}", crate::text::size(peak)));
         }
         text
     }

@@ -98,7 +98,7 @@ pub trait Cluster: Send + Sync {
     /// whether the credentials may do `permission` in the namespace.
     async fn access_review(
         &self,
-        permission: &crate::access::Permission,
+        permission: &crate::permission::Permission,
     ) -> Result<bool, ExecutorError>;
     /// `POST /api/v1/namespaces/{ns}/secrets`.
     async fn create_secret(&self, secret: &Secret) -> Result<(), ExecutorError>;

@@ -32,6 +32,7 @@ mod framed;
 mod job;
 mod kube_cluster;
 mod kubeconfig;
+mod permission;
 mod pod_status;
 mod settling;
 mod wait;

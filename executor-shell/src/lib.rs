@@ -28,6 +28,7 @@
 mod executor;
 mod host;
 mod marked;
+mod pidfd;
 mod plan;
 mod process;
 mod root;

@@ -135,7 +135,7 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 fn kill_if_marked(pid: i32, needle: &str) -> bool {
-    if let Some(pidfd) = crate::process::pidfd_open(pid, 0) {
+    if let Some(pidfd) = crate::pidfd::pidfd_open(pid, 0) {
         // The pidfd pins the process found now: if the pid was reused
         // since the scan, this is the newcomer, which has no mark.
         if !has_mark(pid, needle) {

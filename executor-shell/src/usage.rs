@@ -20,7 +20,7 @@ impl Watched {
     /// Watches `pid`, a child not yet reaped; `None` where pidfds are not
     /// to be had (kernels before 5.3): the step then runs unmeasured.
     pub(crate) fn new(pid: i32) -> Option<Self> {
-        let pidfd = crate::process::pidfd_open(pid, libc::PIDFD_NONBLOCK)?;
+        let pidfd = crate::pidfd::pidfd_open(pid, libc::PIDFD_NONBLOCK)?;
         // SAFETY: an OwnedFd is open and keeps its one fd until the
         // AsyncFd that owns it is dropped.
         let pidfd =

@@ -35,6 +35,7 @@ mod foreign;
 mod outputs;
 mod progress;
 mod record;
+mod result_file;
 mod resume;
 mod run;
 mod secrets;

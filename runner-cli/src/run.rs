@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::args::DockerArgs;
 use crate::args::{CleanupArgs, ExecutorKind, RunArgs};
 use crate::backends::{self, BackendOptions, BuildError};
+use crate::result_file::write_result;
 use crate::signals::{Abandon, Owner, Signals};
 use crate::{EXIT_CANCELLED, EXIT_INFRA, EXIT_INPUT};
 
@@ -449,18 +450,6 @@ fn stdin_text() -> anyhow::Result<String> {
         .get_or_init(|| std::io::read_to_string(std::io::stdin()).map_err(|err| err.to_string()))
         .clone()
         .map_err(|err| anyhow::anyhow!("cannot read standard input: {err}"))
-}
-
-/// Writes the result to `path`, or to standard output for `-`.
-pub(crate) fn write_result(result: &RunResult, path: &Path) -> Result<(), String> {
-    if path != Path::new("-") {
-        return result.write_to(path).map_err(|err| err.to_string());
-    }
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", result.to_json())
-        .and_then(|()| out.flush())
-        .map_err(|err| format!("writing the result to standard output: {err}"))
 }
 
 /// Runs `cleanup` and returns the exit code.

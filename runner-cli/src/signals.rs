@@ -172,7 +172,7 @@ impl Abandon {
             result.error = Some(failure.message.clone());
             result.failure = Some(failure);
             result.mask(&crate::secrets::masker());
-            if let Err(err) = crate::run::write_result(&result, &path) {
+            if let Err(err) = crate::result_file::write_result(&result, &path) {
                 say!("runner-cli: {err}");
             }
         }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::AttemptRecord;
+use super::record::AttemptRecord;
 use super::supervise::{Supervised, Watch, Why};
 use crate::events::Event;
 use crate::Offsets;
@@ -285,8 +285,8 @@ async fn run_step(
     if let Some((peak, limit)) = usage.as_ref().and_then(crate::usage::StepUsage::near_limit) {
         log.line(&format!(
             "step {name}: its peak memory ({}) came within 10 % of the environment's memory limit ({}): a little more and the kernel kills it",
-            crate::log::size(peak),
-            crate::log::size(limit)
+            crate::text::size(peak),
+            crate::text::size(limit)
         ));
     }
     log.emit(Event::StepFinished {

@@ -60,25 +60,6 @@ impl OutputLimit {
     }
 }
 
-/// `bytes` as a person reads a size: `64 MiB`, `1.5 KiB`, `12 bytes`.
-pub(crate) fn size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,12 +74,5 @@ mod tests {
         assert_eq!(limit.dropped(), 5);
         limit.set(None);
         assert_eq!(limit.admit(3), (3, false));
-    }
-
-    #[test]
-    fn sizes_read_as_a_person_says_them() {
-        assert_eq!(size(12), "12 bytes");
-        assert_eq!(size(64 << 20), "64 MiB");
-        assert_eq!(size(1536), "1.5 KiB");
     }
 }

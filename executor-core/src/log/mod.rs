@@ -20,7 +20,6 @@ pub use output::{LogOutput, MemoryLog};
 use stamps::{stamped, Stamper};
 use writer::Dest;
 
-pub(crate) use limit::size;
 use limit::OutputLimit;
 pub use limit::DEFAULT_OUTPUT_LIMIT;
 
@@ -233,7 +232,7 @@ impl RunLog {
         let limit = self.lock().limit.limit().unwrap_or_default();
         self.line(&format!(
             "the log holds {} of step output, its limit: more output is dropped (and counted), the steps go on",
-            limit::size(limit)
+            crate::text::size(limit)
         ));
     }
 
