@@ -9,6 +9,10 @@ use tokio::io::AsyncReadExt;
 
 use crate::{ExecutorError, Failure};
 
+mod media;
+
+pub use media::media_type;
+
 /// The JSON Schema of [`RunResult`], as shipped in `executor-core/schema/`.
 pub const RESULT_SCHEMA: &str = include_str!("../schema/run-result.schema.json");
 
@@ -425,67 +429,5 @@ async fn digest(path: &Path) -> Result<(u64, String, Vec<u8>), ExecutorError> {
     Ok((size, hex::encode(hasher.finalize()), head))
 }
 
-/// Media type of a file from its first bytes, falling back to its name.
-///
-/// Images are recognised by content, since outputs become images in the check:
-///
-/// ```
-/// use executor_core::media_type;
-/// assert_eq!(media_type("shot.bin", b"\x89PNG\r\n\x1a\n...."), "image/png");
-/// assert_eq!(media_type("notes.txt", b"hello"), "text/plain");
-/// ```
-pub fn media_type(name: &str, head: &[u8]) -> &'static str {
-    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
-        return "image/png";
-    }
-    if head.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        return "image/jpeg";
-    }
-    if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
-        return "image/gif";
-    }
-    if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
-        return "image/webp";
-    }
-    let text = String::from_utf8_lossy(head);
-    let trimmed = text.trim_start();
-    if trimmed.starts_with("<svg") || (trimmed.starts_with("<?xml") && text.contains("<svg")) {
-        return "image/svg+xml";
-    }
-    let ext = name
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
-    match ext.as_str() {
-        "svg" => "image/svg+xml",
-        "txt" | "log" => "text/plain",
-        "json" => "application/json",
-        "html" | "htm" => "text/html",
-        "xml" => "application/xml",
-        "csv" => "text/csv",
-        "md" => "text/markdown",
-        "tar" => "application/x-tar",
-        "gz" | "tgz" => "application/gzip",
-        "zip" => "application/zip",
-        "pdf" => "application/pdf",
-        _ => "application/octet-stream",
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sniffs_every_image_kind() {
-        assert_eq!(media_type("a", &[0xFF, 0xD8, 0xFF, 0xE0]), "image/jpeg");
-        assert_eq!(media_type("a", b"GIF89a.."), "image/gif");
-        assert_eq!(media_type("a", b"RIFF\0\0\0\0WEBPVP8 "), "image/webp");
-        assert_eq!(
-            media_type("a", b"<?xml version='1.0'?><svg>"),
-            "image/svg+xml"
-        );
-        assert_eq!(media_type("a.SVG", b""), "image/svg+xml");
-        assert_eq!(media_type("a", b"\0\0"), "application/octet-stream");
-    }
-}
+mod tests;

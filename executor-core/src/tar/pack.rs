@@ -5,15 +5,20 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, DuplexStream, ReadBuf};
+use tokio::io::{AsyncRead, DuplexStream, ReadBuf};
 use tokio::task::JoinHandle;
 use tokio_tar::{Builder, Header, HeaderMode};
+
+mod file;
+mod small;
+
+use file::{append_file, blocking};
+
+use small::{list_sorted, read_small_files, small_file_run, with_path, Listed};
 
 /// How much packed data may wait between the packer and its reader; the
 /// packer blocks beyond this, so memory stays flat whatever the folder's size.
 const PIPE_BYTES: usize = 256 * 1024;
-/// How much of a file one read takes.
-const READ_BUF: usize = 1024 * 1024;
 
 /// A tar stream of a folder, produced on the fly by a background task.
 ///
@@ -345,181 +350,6 @@ async fn append_small_files(
     Ok(())
 }
 
-/// Files at most this big are read whole, several per blocking trip;
-/// bigger ones are streamed.
-const SMALL_FILE: u64 = 64 * 1024;
-/// At most this much small-file data is read in one trip, which bounds
-/// the memory a batch holds.
-const SMALL_BATCH_BYTES: u64 = 1024 * 1024;
-
-/// One folder entry, as listed (not followed).
-struct Listed {
-    name: OsString,
-    kind: std::fs::FileType,
-    len: u64,
-}
-
-impl Listed {
-    fn is_small_file(&self) -> bool {
-        self.kind.is_file() && self.len <= SMALL_FILE
-    }
-}
-
-/// The small files at the head of `entries`, up to one batch's worth.
-fn small_file_run(entries: &[Listed]) -> &[Listed] {
-    let mut bytes = 0;
-    let n = entries
-        .iter()
-        .take_while(|e| {
-            let fits = e.is_small_file() && bytes < SMALL_BATCH_BYTES;
-            bytes += e.len;
-            fits
-        })
-        .count();
-    &entries[..n]
-}
-
-/// `dir`'s entries sorted by name, each with its own (unfollowed) type.
-fn list_sorted(dir: &Path) -> io::Result<Vec<Listed>> {
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| with_path(e, dir))? {
-        let entry = entry.map_err(|e| with_path(e, dir))?;
-        let path = entry.path();
-        let meta = std::fs::symlink_metadata(&path).map_err(|e| with_path(e, &path))?;
-        entries.push(Listed {
-            name: entry.file_name(),
-            kind: meta.file_type(),
-            len: meta.len(),
-        });
-    }
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(entries)
-}
-
-/// A small file read whole; `data` is `None` when it grew past
-/// [`SMALL_FILE`] since it was listed, to be streamed instead.
-struct SmallFile {
-    name: OsString,
-    meta: std::fs::Metadata,
-    data: Option<Vec<u8>>,
-}
-
-/// Reads `names` in `dir`, never following a link that replaced a file
-/// since it was listed. Each file's size is the opened file's; one that
-/// shrinks while it is read is an error, never a short entry.
-fn read_small_files(dir: &Path, names: Vec<OsString>) -> io::Result<Vec<SmallFile>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    names
-        .into_iter()
-        .map(|name| {
-            let path = dir.join(&name);
-            let read = || -> io::Result<SmallFile> {
-                let file = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                    .open(&path)?;
-                let meta = file.metadata()?;
-                if !meta.is_file() {
-                    return Err(io::Error::other(
-                        "it stopped being a file while it was packed",
-                    ));
-                }
-                if meta.len() > SMALL_FILE {
-                    return Ok(SmallFile {
-                        name: name.clone(),
-                        meta,
-                        data: None,
-                    });
-                }
-                let mut data = Vec::with_capacity(meta.len() as usize);
-                file.take(meta.len()).read_to_end(&mut data)?;
-                let missing = meta.len() - data.len() as u64;
-                if missing > 0 {
-                    return Err(shrank(missing));
-                }
-                Ok(SmallFile {
-                    name: name.clone(),
-                    meta,
-                    data: Some(data),
-                })
-            };
-            read().map_err(|e| with_path(e, &path))
-        })
-        .collect()
-}
-
-/// Runs filesystem work on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|join| io::Error::other(format!("tar packer failed: {join}")))?
-}
-
-/// Appends one regular file, read in large pieces: every tokio file read
-/// is a trip to the blocking pool, and the builder's own copy asks for
-/// 8 KiB at a time. The header's size is the opened file's; a file that
-/// shrinks while it is packed is an error, never a short entry.
-async fn append_file(
-    builder: &mut Builder<DuplexStream>,
-    abs: &Path,
-    rel: &Path,
-) -> io::Result<()> {
-    // Never follow a link that replaced the file since it was listed.
-    let file = tokio::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(abs)
-        .await?;
-    let meta = file.metadata().await?;
-    let mut header = Header::new_gnu();
-    header.set_metadata_in_mode(&meta, HeaderMode::Complete);
-    let data = SizedReader {
-        inner: tokio::io::BufReader::with_capacity(READ_BUF, file).take(meta.len()),
-        remaining: meta.len(),
-    };
-    builder.append_data(&mut header, rel, data).await
-}
-
-/// Ends with an error, not quietly, when `inner` runs out before
-/// `remaining` bytes: a shrinking file. (`take` cuts a growing one at the
-/// size its header promised.)
-struct SizedReader<R> {
-    inner: R,
-    remaining: u64,
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for SizedReader<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
-        let got = (buf.filled().len() - before) as u64;
-        if got == 0 && buf.remaining() > 0 && self.remaining > 0 {
-            return Poll::Ready(Err(shrank(self.remaining)));
-        }
-        self.remaining = self.remaining.saturating_sub(got);
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// A file that ended `missing` bytes before the size its header promised.
-fn shrank(missing: u64) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::UnexpectedEof,
-        format!("the file shrank while it was packed ({missing} bytes missing)"),
-    )
-}
-
-fn with_path(err: io::Error, path: &Path) -> io::Error {
-    io::Error::new(err.kind(), format!("{}: {err}", path.display()))
-}
-
 impl AsyncRead for PackStream {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -545,31 +375,4 @@ impl AsyncRead for PackStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_file_that_shrank_is_an_error_not_a_short_entry() {
-        let mut data = SizedReader {
-            inner: &b"abc"[..],
-            remaining: 5,
-        };
-        let err = tokio::io::copy(&mut data, &mut tokio::io::sink())
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        assert!(err.to_string().contains("2 bytes missing"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn a_file_read_whole_ends_cleanly() {
-        let mut data = SizedReader {
-            inner: &b"abcde"[..],
-            remaining: 5,
-        };
-        let n = tokio::io::copy(&mut data, &mut tokio::io::sink())
-            .await
-            .unwrap();
-        assert_eq!(n, 5);
-    }
-}
+mod tests;
