@@ -33,6 +33,7 @@ mod backends;
 mod flags;
 mod foreign;
 mod outputs;
+mod prepare;
 mod progress;
 mod record;
 mod result_file;
