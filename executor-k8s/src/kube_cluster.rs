@@ -13,14 +13,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
     Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams,
 };
-use kube::config::KubeConfigOptions;
-use kube::{Client, Config};
+use kube::Client;
 
 use crate::access;
-use crate::answers::{describe, is_conflict, is_not_found, retryable, Judge};
+use crate::answers::{is_conflict, is_not_found, Judge};
 use crate::cluster::{Cluster, Ended, ExecIo, ExecSession, PodEvents};
 use crate::exec::WsExec;
 pub use crate::kubeconfig::KubeconfigSource;
+
+mod connect;
 use crate::settling::Settling;
 
 /// A cluster reached through kube-rs.
@@ -43,114 +44,6 @@ pub struct KubeCluster {
 }
 
 impl KubeCluster {
-    /// Builds a client as kubectl would and checks the server answers; an
-    /// unreachable server or a refused credential is an error naming the server.
-    ///
-    /// # Errors
-    /// [`ExecutorError::InvalidInput`] for a kubeconfig that cannot be read or
-    /// used (naming `KubeconfigSource::kubeconfig`), or one that skips TLS
-    /// verification without [`KubeconfigSource::insecure_skip_tls_verify`],
-    /// or whose server is plain `http://` without
-    /// [`KubeconfigSource::insecure_plain_http`];
-    /// `Backend` of kind `unreachable` when the server does not answer, and a
-    /// refusal when it rejects the credentials.
-    pub async fn connect(source: &KubeconfigSource) -> Result<Self, ExecutorError> {
-        let options = KubeConfigOptions {
-            context: source.context.clone(),
-            ..KubeConfigOptions::default()
-        };
-        let bad =
-            |e: &dyn std::fmt::Display| ExecutorError::InvalidInput(format!("kubeconfig: {e}"));
-        let kubeconfig = crate::kubeconfig::read(source)?;
-        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
-            .await
-            .map_err(|e| bad(&e))?;
-        let server = config.cluster_url.to_string();
-        if config.accept_invalid_certs && !source.insecure_skip_tls_verify {
-            return Err(ExecutorError::InvalidInput(format!(
-                "the kubeconfig's cluster {server} sets insecure-skip-tls-verify: its certificate \
-                 would not be checked, and anyone on the path could pose as the cluster and \
-                 receive the run's checkout and secrets; give the kubeconfig the cluster's \
-                 certificate-authority-data, or accept the risk explicitly \
-                 (KubeconfigSource::insecure_skip_tls_verify)"
-            )));
-        }
-        let plain_http = config.cluster_url.scheme_str() == Some("http");
-        if plain_http && !source.insecure_plain_http {
-            return Err(ExecutorError::InvalidInput(format!(
-                "the kubeconfig's cluster {server} is plain http: its credentials, and every \
-                 run's Secret and checkout, would cross the network in plain text, readable and \
-                 changeable by anyone on the path; give the cluster an https:// server, or \
-                 accept the risk explicitly (KubeconfigSource::insecure_plain_http)"
-            )));
-        }
-        let tls_unverified = config.accept_invalid_certs || plain_http;
-        let namespace = source
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone());
-        let client = Client::try_from(config).map_err(|e| {
-            let text = e.to_string();
-            if text.contains("UnsupportedCertVersion") {
-                ExecutorError::InvalidInput(format!(
-                    "the kubeconfig's client certificate ({}) is X.509 v1; kubectl accepts that, \
-                     but this runner's TLS library takes only X.509 v3 client certificates. \
-                     Reissue it as v3, e.g. openssl x509 -req -in user.csr -CA ca.crt -CAkey ca.key \
-                     -days 365 -out user.crt -extfile <(printf 'basicConstraints=CA:FALSE\\n\
-                     keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth'), \
-                     or through the cluster's CertificateSigningRequest API ({text})",
-                    crate::kubeconfig::client_certificate_of(source)
-                ))
-            } else {
-                bad(&e)
-            }
-        })?;
-        let info = client.apiserver_version().await.map_err(|e| {
-            let what = "connecting to the cluster";
-            let described = if retryable(&e) {
-                ExecutorError::unreachable(
-                    what,
-                    format!(
-                        "the Kubernetes API server at {server} did not answer: {}",
-                        describe(&e)
-                    ),
-                )
-            } else {
-                ExecutorError::backend(
-                    what,
-                    format!(
-                        "the Kubernetes API server at {server} refused: {}",
-                        describe(&e)
-                    ),
-                )
-            };
-            described.with_source(e)
-        })?;
-        // On the connection the first call left open: the link's round
-        // trip, which decides whether copies in are compressed.
-        let asked = std::time::Instant::now();
-        let round_trip = match client.apiserver_version().await {
-            Ok(_) => asked.elapsed(),
-            Err(err) => {
-                tracing::debug!(%err, "timing the API server's round trip failed");
-                std::time::Duration::ZERO
-            }
-        };
-        tracing::debug!(?round_trip, %server, "the API server's round trip");
-        Ok(KubeCluster {
-            client,
-            round_trip,
-            warmed: AtomicBool::new(false),
-            version: version_of(&info.major, &info.minor),
-            namespace,
-            server,
-            tls_unverified,
-            keepalive: crate::K8sOptions::default().keepalive,
-            reconnect_timeout: crate::K8sOptions::default().reconnect_timeout,
-            settling: Arc::default(),
-        })
-    }
-
     /// How long a call that got no answer is tried again
     /// ([`K8sOptions::reconnect_timeout`](crate::K8sOptions::reconnect_timeout)).
     pub fn reconnect_timeout(mut self, within: std::time::Duration) -> Self {
@@ -505,17 +398,4 @@ impl ExecSession for Watched {
         }
         ended
     }
-}
-
-/// The server's `(major, minor)` from its version answer; a managed
-/// cluster's minor may carry a `+` (`"29+"`).
-fn version_of(major: &str, minor: &str) -> Option<(u32, u32)> {
-    let digits = |s: &str| -> Option<u32> {
-        s.chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .ok()
-    };
-    Some((digits(major)?, digits(minor)?))
 }

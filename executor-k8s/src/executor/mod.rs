@@ -7,27 +7,27 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use executor_container::container::{
-    expired, is_runners, name_suffix, run_command, the_live_run, Place, StepStart,
+    expired, is_runners, run_command, the_live_run, Place, StepStart,
 };
-use executor_core::tar::{pack_contents, unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
     RunLog, RunSpec, StepCommand,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
 use crate::cluster::Cluster;
-use crate::job::{objects, runner_selector, STATE_DIR};
+use crate::job::{runner_selector, STATE_DIR};
 use crate::{wait, K8sOptions};
-use executor_core::resume::{read_plan, Reattached, RunPlan};
+use executor_core::resume::{read_plan, Reattached};
 use executor_core::script::ScriptFiles;
 
 mod again;
 mod ahead;
 mod pod_exec;
 mod services;
+mod start;
 mod variables;
 
 use variables::PodVariables;
@@ -232,137 +232,7 @@ impl Executor for K8sExecutor {
         log: &RunLog,
         interrupt: CancellationToken,
     ) -> Result<RunHandle, ExecutorError> {
-        self.check(run)?;
-        run.check_folders()?;
-        self.check_run_permissions().await?;
-        if !run.services.is_empty() {
-            self.check_permissions("services", access::SERVICES).await?;
-        }
-        if self.cluster.tls_unverified() {
-            log.line(
-                "warning: the API server's certificate is not verified (insecure-skip-tls-verify, \
-                 or a plain http server); the checkout and secrets go to whoever answers as the \
-                 API server",
-            );
-        }
-        // The plan a resume reads back; its digest where no step can change it.
-        let plan = RunPlan::of(run).to_json();
-        let objects = objects(
-            run,
-            &self.options,
-            &name_suffix(),
-            executor_core::labels::unix_now(),
-            &RunPlan::digest(&plan),
-            // Asked only when it matters.
-            !run.services.is_empty() && self.cluster.native_sidecars(),
-        )
-        .map_err(ExecutorError::InvalidInput)?;
-        let name = objects.name.clone();
-        if let Some(secret) = &objects.secret {
-            self.cluster.create_secret(secret).await?;
-        }
-        let job = match self.cluster.create_job(&objects.job).await {
-            Ok(job) => job,
-            Err(err) => {
-                if objects.secret.is_some() {
-                    let _ = self.cluster.delete_secret(&name).await;
-                }
-                return Err(err);
-            }
-        };
-        log.line(&format!(
-            "job {name} in namespace {}",
-            self.cluster.namespace()
-        ));
-        let prepared = async {
-            if objects.secret.is_some() {
-                let owner = OwnerReference {
-                    api_version: "batch/v1".into(),
-                    kind: "Job".into(),
-                    name: name.clone(),
-                    uid: job.metadata.uid.clone().unwrap_or_default(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                };
-                self.cluster.own_secret(&name, &owner).await?;
-            }
-            let pod = match wait::ready(
-                self.cluster.as_ref(),
-                &objects.pod_selector,
-                self.options.pod_timeout,
-                self.options.progress_every,
-                log,
-                &interrupt,
-            )
-            .await
-            {
-                Ok(pod) => pod,
-                Err(err) => return Err(self.with_service_lines(&objects.pod_selector, err).await),
-            };
-            log.line(&format!("pod {pod} is ready"));
-            self.live().insert(
-                name.clone(),
-                LiveRun {
-                    pod: pod.clone(),
-                    pod_selector: objects.pod_selector.clone(),
-                    has_secret: objects.secret.is_some(),
-                    variables: PodVariables::of(run, &RunHandle::in_container(name.clone())),
-                    scripts: ScriptFiles::planned(run, STATE_DIR),
-                    services: run.services.iter().map(|s| s.name.clone()).collect(),
-                    log: (!run.services.is_empty()).then(|| log.clone()),
-                },
-            );
-            let copy = async {
-                // The step scripts, as files in the state folder: a script of
-                // any size, and none in an exec's URL (or an audit log).
-                let (scripts, _) = ScriptFiles::staged(run, STATE_DIR)?;
-                executor_core::resume::stage_plan(scripts.path(), &plan)?;
-                // One stream fills every folder: each exec is a round trip
-                // through the API server and the kubelet. Only the folders'
-                // contents travel, so tar changes nothing of the mounts
-                // themselves (a user other than root may not).
-                let mut folders = vec![("work".to_string(), run.checkout.clone())];
-                if let Some(steps) = &run.steps_dir {
-                    folders.push(("steps".to_string(), steps.clone()));
-                }
-                folders.push((STATE_DIR[1..].to_string(), scripts.path().to_path_buf()));
-                let what = format!("copying the checkout {} into /work", run.checkout.display());
-                self.stream_packed(&pod, || pack_contents(folders.clone()), "/", &what)
-                    .await?;
-                let v5 = self
-                    .v5
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or(true);
-                log.line(if v5 {
-                    "exec protocol: v5.channel.k8s.io"
-                } else {
-                    "exec protocol: v4.channel.k8s.io (the cluster predates v5: streams in are framed, since stdin cannot be closed)"
-                });
-                Ok::<_, ExecutorError>(())
-            };
-            // The services' checks run while the checkout goes in.
-            let both = async {
-                let (copied, ready) = tokio::join!(copy, self.until_services_ready(&pod, run, log));
-                ready?;
-                copied
-            };
-            tokio::select! {
-                r = both => r,
-                _ = interrupt.cancelled() => Err(ExecutorError::Interrupted),
-            }
-        };
-        if let Err(err) = prepared.await {
-            self.live().remove(&name);
-            if let Err(teardown) = self
-                .teardown(&name, &objects.pod_selector, objects.secret.is_some())
-                .await
-            {
-                tracing::error!(%teardown, job = %name, "removing a half-started Job failed");
-            }
-            return Err(err);
-        }
-        Ok(RunHandle::in_container(name))
+        self.start_run(run, log, interrupt).await
     }
 
     async fn command(
