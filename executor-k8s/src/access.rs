@@ -97,7 +97,7 @@ pub async fn check(cluster: &dyn Cluster, needed: &[Permission]) -> Result<(), E
     }
     Err(ExecutorError::InvalidInput(format!(
         "the cluster's credentials lack {} permission(s) in namespace {}: {}; bind the user to a \
-         Role that grants them (the README's minimal Role, scripts/runner-role.yaml)",
+         Role that grants them (the minimal Role of docs/kubernetes-operators.md, scripts/runner-role.yaml)",
         missing.len(),
         cluster.namespace(),
         missing.join(", ")

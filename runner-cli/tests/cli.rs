@@ -1192,7 +1192,15 @@ fn a_run_logging_to_a_file_shows_its_progress_on_the_terminal() {
 #[test]
 fn the_readme_quick_start_runs_as_written_twice() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme: String = std::iter::once(root.join("README.md"))
+        .chain(
+            std::fs::read_dir(root.join("docs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path()),
+        )
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let block = readme
         .split("```sh\n")
         .skip(1)

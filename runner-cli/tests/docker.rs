@@ -878,7 +878,15 @@ fn an_image_without_sh_is_an_image_failure_not_retried() {
 #[test]
 fn the_readme_resume_example_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme: String = std::iter::once(root.join("README.md"))
+        .chain(
+            std::fs::read_dir(root.join("docs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path()),
+        )
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let block = readme
         .split("```sh\n")
         .skip(1)
@@ -1004,7 +1012,15 @@ fn an_engine_that_never_answers_gets_progress_lines_while_the_runner_waits() {
 #[test]
 fn the_readme_docker_example_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme: String = std::iter::once(root.join("README.md"))
+        .chain(
+            std::fs::read_dir(root.join("docs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path()),
+        )
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let block = readme
         .split("```sh\n")
         .skip(1)

@@ -53,7 +53,15 @@ fn example_run(kubeconfig: &Path, name: &str, dir: &Path, out: &str) -> Command 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_runs_on_k8s_as_the_readme_shows() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme: String = std::iter::once(root.join("README.md"))
+        .chain(
+            std::fs::read_dir(root.join("docs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path()),
+        )
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let block = readme
         .split("```sh\n")
         .skip(1)

@@ -198,7 +198,15 @@ fn a_docker_dry_run_shows_the_service_and_never_its_variables() {
 #[test]
 fn the_readme_services_example_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme: String = std::iter::once(root.join("README.md"))
+        .chain(
+            std::fs::read_dir(root.join("docs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path()),
+        )
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let block = readme
         .split("```sh\n")
         .skip(1)

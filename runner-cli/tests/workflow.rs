@@ -225,7 +225,15 @@ fn workflow_and_steps_file_are_one_or_the_other() {
 #[test]
 fn the_readme_workflow_example_runs_as_written() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme: String = std::iter::once(root.join("README.md"))
+        .chain(
+            std::fs::read_dir(root.join("docs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path()),
+        )
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let block = readme
         .split("```sh\n")
         .skip(1)
