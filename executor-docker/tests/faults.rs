@@ -177,7 +177,15 @@ async fn an_oom_kill_passed_on_as_another_code_is_still_oom() {
     ));
     let (result, log) = run_to_end(&backend, &spec).await;
     assert_eq!(result.status, RunStatus::Failed, "{}", log.text());
-    assert_eq!(result.steps[0].exit_code, Some(1));
+    // The step's own code, unless the kernel, short of memory, took the
+    // step's supervisor too (seen under load): then there is no code, and
+    // the counters still make it the step's OOM, never a lost status.
+    assert!(
+        matches!(result.steps[0].exit_code, Some(1) | None),
+        "{:?}\n{}",
+        result.steps[0].exit_code,
+        log.text()
+    );
     let failure = result.failure.unwrap();
     assert_eq!(failure.kind, FailureKind::Oom, "{}", failure.message);
     assert!(backend.leftovers(&fx.runner).await.is_empty());

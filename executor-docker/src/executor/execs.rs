@@ -130,8 +130,9 @@ impl DockerExecutor {
                 "container {id} was killed while the step ran"
             )));
         }
-        if code.is_some_and(|c| c != 0) && (state.oom_killed || self.new_oom_kill(id, files).await)
-        {
+        // A step with no status is asked too: under pressure the kernel can
+        // take the step's supervisor after (or instead of) the step.
+        if code != Some(0) && (state.oom_killed || self.new_oom_kill(id, files).await) {
             let limit = self.options.memory.map(|m| format!("{} MiB", m >> 20));
             return Ok(Some(oom::words(limit.as_deref())));
         }

@@ -231,7 +231,10 @@ impl StepEnvironment for StepChannel<'_> {
         }
         // The pod lives on: the kernel may still have killed in it for
         // memory, as it picks the step, not the container's own process.
-        if code.is_some_and(|c| c != 0) && self.executor.new_oom_kill(&self.live.pod, files).await {
+        // A step with no status at all is asked too: under pressure the
+        // kernel can take the step's supervisor after (or instead of) the
+        // step, and then no status is written.
+        if code != Some(0) && self.executor.new_oom_kill(&self.live.pod, files).await {
             return Ok(Some(CommandOutcome::OutOfMemory {
                 code,
                 detail: oom::words(self.executor.options.memory_limit.as_deref()),

@@ -207,12 +207,14 @@ fn kind_of(argv: &[String]) -> &'static str {
     }
 }
 
-#[tokio::test]
-async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success() {
+/// A step whose supervisor is gone without a status, in a pod that
+/// answers: `oom_kills` is what the pod's memory counters say since the
+/// step started.
+fn lost_status(oom_kills: &'static str) -> MockCluster {
     let mut cluster = MockCluster::new();
     cluster
         .expect_exec()
-        .times(3)
+        .times(4)
         .returning(move |_, _, argv, _| {
             Ok(match kind_of(argv) {
                 // The step's output, then the connection drops: no status.
@@ -224,6 +226,7 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
                     Ended::Exited(executor_container::detached::FOLLOW_LOST),
                 ),
                 "probe" => exec("", Ended::Exited(0)),
+                "oom counters" => exec(oom_kills, Ended::Exited(0)),
                 other => panic!("unexpected {other} exec: {argv:?}"),
             })
         });
@@ -231,9 +234,28 @@ async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success(
         .expect_get_pod()
         .times(1)
         .return_once(|_| Ok(Some(running())));
+    cluster
+}
+
+#[tokio::test]
+async fn a_status_that_never_came_from_a_pod_that_answers_is_lost_never_success() {
+    let cluster = lost_status("oom_kill 0\nbaseline \n");
     let err = step(&live(cluster)).await.unwrap_err();
     assert!(matches!(err, ExecutorError::LostExitStatus { .. }), "{err}");
     assert_eq!(err.kind(), FailureKind::Unreachable);
+}
+
+/// Under memory pressure the kernel can take the step's supervisor too,
+/// and then no status is written: a kill the pod's counters show since
+/// the step started makes it the step's OOM, not a lost status.
+#[tokio::test]
+async fn a_status_lost_to_an_oom_kill_in_the_pod_is_an_oom_failure() {
+    let cluster = lost_status("oom_kill 2\nbaseline 1\n");
+    let outcome = step(&live(cluster)).await.unwrap();
+    assert!(
+        matches!(outcome, CommandOutcome::OutOfMemory { code: None, .. }),
+        "{outcome:?}"
+    );
 }
 
 #[tokio::test]
