@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::exec::form_pairs;
 use crate::jobs::{self, Propagation};
 use crate::selectors::Selector;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::{self, ApiError};
 use crate::store::Kind;
 use crate::validate;

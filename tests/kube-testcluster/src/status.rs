@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::store::Kind;
+use crate::kind::Kind;
 
 /// An API error answered with a `Status` body.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@ use http::{Method, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 
-use crate::server::Shared;
+use crate::shared::Shared;
 
 use super::*;
 

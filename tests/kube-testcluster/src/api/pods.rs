@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::exec::{self, ExecParams};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::ApiError;
 use crate::store::Kind;
 

@@ -11,7 +11,7 @@ use hyper::body::Frame;
 use serde_json::{json, Value};
 
 use crate::selectors::Selector;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::store::Kind;
 
 use super::*;
