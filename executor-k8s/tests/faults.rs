@@ -790,7 +790,18 @@ async fn a_step_that_replaces_tar_cannot_bomb_or_flood_the_runner() {
             "more bytes)",
         ),
     ] {
-        let backend = k8s().await;
+        // Uncompressed, so `tar` is the step's to replace: compressed, the
+        // copy runs `sh -c 'tar c | gzip'`, and busybox's sh runs its own
+        // tar applet, never the step's file (compression is on when the
+        // connect-time round trip, slower under load, says so).
+        let backend = K8s::start(
+            ClusterOptions::default(),
+            K8sOptions {
+                compression: executor_core::tar::Compression::Never,
+                ..common::options()
+            },
+        )
+        .await;
         let fx = Fixture::new(name);
         std::fs::write(fx.checkout().join("bomb.tar"), long_name_bomb(600 << 20)).unwrap();
         let replace =
