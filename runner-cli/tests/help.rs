@@ -156,3 +156,13 @@ fn a_docker_host_without_a_scheme_is_exit_2_saying_how_to_write_it() {
         );
     }
 }
+
+/// `cleanup` names its backend as `run` does: there is no default to
+/// fall back on silently.
+#[test]
+fn cleanup_without_an_executor_is_exit_2_naming_it() {
+    let out = cli(&["cleanup", "--runner", "did:plc:x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--executor"), "{said}");
+}

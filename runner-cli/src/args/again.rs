@@ -124,8 +124,9 @@ pub struct ResumeArgs {
 
 #[derive(Debug, Args)]
 pub struct CleanupArgs {
-    /// Backend to clean.
-    #[arg(long, value_enum, default_value = "shell")]
+    /// Backend to clean: shell, docker or k8s (no default, as for `run`:
+    /// cleaning the wrong one is never what was meant).
+    #[arg(long, value_enum)]
     pub executor: ExecutorKind,
     /// The runner's DID whose leftovers to remove.
     #[arg(long, env = "RUNNER_DID")]
