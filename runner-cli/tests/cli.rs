@@ -1,6 +1,8 @@
 //! runner-cli end to end on the shell executor: exit codes, result JSON,
 //! input errors, signals.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -1191,28 +1193,12 @@ fn a_run_logging_to_a_file_shows_its_progress_on_the_terminal() {
 /// project's: the second run replaces the outputs the first one left.
 #[test]
 fn the_readme_quick_start_runs_as_written_twice() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme: String = std::iter::once(root.join("README.md"))
-        .chain(
-            std::fs::read_dir(root.join("docs"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path()),
-        )
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let block = readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .find(|b| b.contains("--executor shell --name example"))
-        .expect("the README shows the quick start");
+    let block = common::example("--executor shell --name example");
     let command = block.replace(
         "cargo run -p runner-cli --",
         env!("CARGO_BIN_EXE_runner-cli"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let dir = common::beside_examples();
     for _ in 0..2 {
         let out = Command::new("sh")
             .arg("-ec")

@@ -1,6 +1,8 @@
 //! runner-cli on the Docker executor: the README's example, an unreachable
 //! engine, a runner killed mid-run.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -877,22 +879,7 @@ fn an_image_without_sh_is_an_image_failure_not_retried() {
 )]
 #[test]
 fn the_readme_resume_example_runs_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme: String = std::iter::once(root.join("README.md"))
-        .chain(
-            std::fs::read_dir(root.join("docs"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path()),
-        )
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let block = readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .find(|b| b.contains("runner-cli resume"))
-        .expect("the README shows the resume example");
+    let block = common::example("runner-cli resume");
     let bin = env!("CARGO_BIN_EXE_runner-cli");
     let (run, resume) = block
         .split_once("\n# ... the runner is killed mid-step ...\n")
@@ -1011,22 +998,7 @@ fn an_engine_that_never_answers_gets_progress_lines_while_the_runner_waits() {
 )]
 #[test]
 fn the_readme_docker_example_runs_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme: String = std::iter::once(root.join("README.md"))
-        .chain(
-            std::fs::read_dir(root.join("docs"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path()),
-        )
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let block = readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .find(|b| b.contains("scripts/prepare-engine.sh") && b.contains("--executor docker"))
-        .expect("the README shows the Docker example");
+    let block = common::example("scripts/prepare-engine.sh");
     let command: String = block
         .lines()
         .filter(|l| !l.contains("prepare-engine.sh"))
@@ -1036,8 +1008,7 @@ fn the_readme_docker_example_runs_as_written() {
             "cargo run -p runner-cli --",
             env!("CARGO_BIN_EXE_runner-cli"),
         );
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let dir = common::beside_examples();
     let out = Command::new("sh")
         .arg("-ec")
         .arg(&command)

@@ -1,6 +1,8 @@
 //! runner-cli on the Kubernetes executor against the test cluster: the
 //! README's example, bad credentials, a runner killed mid-run, the dry-run.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -52,22 +54,7 @@ fn example_run(kubeconfig: &Path, name: &str, dir: &Path, out: &str) -> Command 
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_runs_on_k8s_as_the_readme_shows() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme: String = std::iter::once(root.join("README.md"))
-        .chain(
-            std::fs::read_dir(root.join("docs"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path()),
-        )
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let block = readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .find(|b| b.contains("target/debug/kube-testcluster"))
-        .expect("the README shows the test cluster recipe");
+    let block = common::example("target/debug/kube-testcluster");
     let bin = Path::new(env!("CARGO_BIN_EXE_runner-cli"));
     let testcluster = bin.with_file_name("kube-testcluster");
     assert!(
@@ -83,8 +70,7 @@ async fn the_example_runs_on_k8s_as_the_readme_shows() {
         )
         .replace("cargo run -q -p runner-cli --", &bin.display().to_string());
     assert!(!command.contains("cargo"), "{command}");
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let dir = common::beside_examples();
     let out = Command::new("timeout")
         .args(["300", "sh", "-ec", &command])
         .current_dir(dir.path())

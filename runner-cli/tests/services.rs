@@ -2,6 +2,8 @@
 //! same from a workflow file, a dry-run that shows it, and the shell's
 //! refusal.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -197,28 +199,12 @@ fn a_docker_dry_run_shows_the_service_and_never_its_variables() {
 )]
 #[test]
 fn the_readme_services_example_runs_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme: String = std::iter::once(root.join("README.md"))
-        .chain(
-            std::fs::read_dir(root.join("docs"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path()),
-        )
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let block = readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .find(|b| b.contains("--service web="))
-        .expect("the README shows the services example");
+    let block = common::example("--service web=");
     let command = block.replace(
         "cargo run -q -p runner-cli --",
         env!("CARGO_BIN_EXE_runner-cli"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let dir = common::beside_examples();
     let out = Command::new("sh")
         .arg("-ec")
         .arg(&command)

@@ -1,6 +1,8 @@
 //! `run --workflow FILE` end to end on the shell executor: GitHub Actions'
 //! step keys, and unknown keys refused with their line.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -224,28 +226,12 @@ fn workflow_and_steps_file_are_one_or_the_other() {
 /// `cargo run`), in a folder where `examples` is the project's.
 #[test]
 fn the_readme_workflow_example_runs_as_written() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme: String = std::iter::once(root.join("README.md"))
-        .chain(
-            std::fs::read_dir(root.join("docs"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path()),
-        )
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let block = readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .find(|b| b.contains("--workflow examples/workflow.yaml"))
-        .expect("the README shows the workflow example");
+    let block = common::example("--workflow examples/workflow.yaml");
     let command = block.replace(
         "cargo run -q -p runner-cli --",
         env!("CARGO_BIN_EXE_runner-cli"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(root.join("examples"), dir.path().join("examples")).unwrap();
+    let dir = common::beside_examples();
     for _ in 0..2 {
         // Twice in a row, as a user who tries it again does: the second
         // run replaces the outputs the first one left.
