@@ -806,23 +806,8 @@ fn a_resumed_run_keeps_the_user_its_steps_ran_as() {
 #[test]
 fn an_image_without_sh_is_an_image_failure_not_retried() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox, as scripts/prepare-engine.sh installs it");
-    std::fs::copy(busybox, root.join("bin/hello")).unwrap();
     let tag = format!("knotless-nosh:{}", std::process::id());
-    let imported = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "tar -C '{}' -c . | docker import - {tag}",
-            root.display()
-        ))
-        .output()
-        .unwrap();
-    assert!(imported.status.success(), "{imported:?}");
+    common::import_image_without_sh(dir.path(), &tag);
     std::fs::create_dir(dir.path().join("checkout")).unwrap();
     let steps = dir.path().join("steps.tsv");
     std::fs::write(&steps, "a\ttrue\n").unwrap();

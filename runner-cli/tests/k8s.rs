@@ -1045,24 +1045,8 @@ async fn kubeconfig_mistakes_and_a_missing_namespace_are_exit_2_in_kubectls_word
 async fn an_image_without_sh_is_an_image_failure_not_retried() {
     let cluster = TestCluster::start(ClusterOptions::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox, as scripts/prepare-engine.sh installs it");
-    std::fs::copy(busybox, root.join("bin/hello")).unwrap();
     let tag = format!("knotless-nosh-k8s:{}", std::process::id());
-    let imported = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "tar -C '{}' -c . | docker import - {tag}",
-            root.display()
-        ))
-        .output()
-        .await
-        .unwrap();
-    assert!(imported.status.success(), "{imported:?}");
+    common::import_image_without_sh(dir.path(), &tag);
     let steps = dir.path().join("steps.tsv");
     std::fs::write(&steps, "a\ttrue\n").unwrap();
     let out = cli(cluster.kubeconfig())

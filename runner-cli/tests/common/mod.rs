@@ -38,3 +38,24 @@ pub fn beside_examples() -> tempfile::TempDir {
     std::os::unix::fs::symlink(root().join("examples"), dir.path().join("examples")).unwrap();
     dir
 }
+
+/// Imports an image named `tag` that has no `sh` (only busybox, as
+/// `/bin/hello`) into the engine, from a root built in `dir`.
+pub fn import_image_without_sh(dir: &Path, tag: &str) {
+    let root = dir.join("nosh-root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox, as scripts/prepare-engine.sh installs it");
+    std::fs::copy(busybox, root.join("bin/hello")).unwrap();
+    let imported = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C '{}' -c . | docker import - {tag}",
+            root.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+}
