@@ -356,6 +356,51 @@ spec:
         finally:
             self.stop_links()
 
+    def link_start(self):
+        """Start to first step over a 50 ms round trip, against the engine's
+        CLI starting the same environment over the same link plus two
+        round trips (the checkout's upload and the first step's start)."""
+        delay = 25
+        rtt = 2 * delay / 1000
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        reps = 1 if self.quick else max(self.reps, 5)
+        envs = self.through(delay)
+        try:
+            def container_start():
+                t = time.perf_counter()
+                cid = subprocess.run(["docker", "run", "-d", "--network", "none", IMAGE, *KEEPALIVE], check=True,
+                                     capture_output=True, text=True, env=envs["docker"]).stdout.strip()
+                dt = time.perf_counter() - t
+                self.remove(cid)
+                return dt
+
+            def pod_start(env):
+                name = f"bench-start-{time.monotonic_ns()}"
+                manifest = self.job_manifest(name)
+                t = time.perf_counter()
+                subprocess.run(["kubectl", "create", "-f", str(manifest)], check=True, capture_output=True, env=env)
+                subprocess.run(["kubectl", "wait", "--for=condition=Ready", "pod", "-l", f"job-name={name}", "--timeout=120s"],
+                               check=True, capture_output=True, env=env)
+                dt = time.perf_counter() - t
+                self.sh(["kubectl", "delete", "job", name, "--cascade=foreground"])
+                return dt
+            for executor, where in [("docker", "docker"), *K8S_MODES]:
+                env = envs[executor]
+                if executor == "docker":
+                    base_fn, tool = container_start, "`docker run -d`"
+                else:
+                    cli_env = envs["k8s"] if executor == "k8s-v4" else env
+                    base_fn, tool = (lambda e=cli_env: pod_start(e)), "`kubectl create` + `kubectl wait` Ready"
+                m = self.interleaved(reps, base=base_fn, first=lambda: self.runner(executor, one, empty, first_step=True, env=env)[2])
+                base, first = m["base"], m["first"]
+                target = base + 2 * rtt
+                self.row(f"start to first step over a {rtt * 1000:.0f} ms round trip", where, f"{first * 1000:.0f} ms ({first / rtt:.1f} round trips)",
+                         f"{base * 1000:.0f} ms ({tool} over the same link){V5_BASE if executor == 'k8s-v4' else ''}",
+                         f"{(first - base) / rtt:+.1f} round trips", f"≤ the CLI + 2 round trips ({target * 1000:.0f} ms)", first <= target)
+        finally:
+            self.stop_links()
+
     def link_checkout(self):
         """A checkout over 100 Mbit/s with a 20 ms round trip: a source tree
         against `tar c | CLI exec -i … tar x` over the same link, and
@@ -947,7 +992,7 @@ spec:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.usage_cost, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.service_start, self.concurrency, self.cache, self.link_per_step, self.link_checkout]
+            parts = [self.per_step, self.usage_cost, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.service_start, self.concurrency, self.cache, self.link_per_step, self.link_checkout, self.link_start]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:
@@ -988,7 +1033,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
     parser.add_argument("--usage-baseline", default="df8a5f9", help="the commit whose runner-cli measures no usage (usage_cost's baseline)")
-    parser.add_argument("--only", nargs="*", help="run only these parts (per_step usage_cost transfer logs masking events memory_row header_bomb start_to_first_step service_start concurrency cache link_per_step link_checkout)")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step usage_cost transfer logs masking events memory_row header_bomb start_to_first_step service_start concurrency cache link_per_step link_checkout link_start)")
     Bench(parser.parse_args()).run()
 
 

@@ -54,7 +54,7 @@ def main():
         src = os.path.join(ROOT, crate, "src")
         files = [
             f for f in glob.glob(os.path.join(src, "**", "*.rs"), recursive=True)
-            if not f.endswith("tests.rs")
+            if not f.endswith("tests.rs") and "/tests/" not in f
         ]
         modules = {module_path(src, f): f for f in files}
         deps = {m: imports(modules, m, f) for m, f in modules.items()}

@@ -1,7 +1,7 @@
 //! The README is a front door of at most 300 lines, and it and the
 //! `docs/` behind it link only to files and headings that exist. (Their
-//! examples are run as written by the tests of each part: cli.rs,
-//! docker.rs, k8s.rs, services.rs, workflow.rs.)
+//! examples are run as written by the tests of each part: cli, docker,
+//! k8s, services.rs, workflow.rs.)
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
