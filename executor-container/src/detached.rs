@@ -65,20 +65,27 @@ use tokio_util::sync::CancellationToken;
 
 use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
+pub use channel::{
+    answer_as_dry_channel, channel_argv, ChannelExec, ChannelIo, StepChannel, CHANNEL,
+};
 pub use end_mark::{end_key, end_mark};
 use end_mark::{EndMarked, Ends};
 use executor_core::events::OutputStream;
 use executor_core::{ExecutorError, FailureKind, RunLog};
 
 mod begin_mark;
+mod channel;
 mod end_mark;
 mod files;
 mod follow;
+mod gated;
 mod marked;
 mod scripts;
 
 pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles, OOM_COUNTERS};
 use follow::{from_now, gap, killed, paused, reopened, started, status};
+pub use gated::GatedStart;
+use gated::{ungated, Released};
 use marked::{Counted, Marked};
 use scripts::GATE;
 pub use scripts::{FOLLOW_AGAIN, FOLLOW_GAP_STDERR, FOLLOW_GAP_STDOUT, GATE_OPEN};
@@ -160,65 +167,6 @@ pub enum StepEnd {
     /// status file holds something else. The backend asks its
     /// environment why.
     Lost(String),
-}
-
-/// `argv` of a gated start, without its gate: the same start, opened now.
-fn ungated(argv: &[String]) -> Vec<String> {
-    let mut plain = argv.to_vec();
-    if let Some(script) = plain.get_mut(2) {
-        if let Some(rest) = script.strip_prefix(GATE).and_then(|s| s.strip_prefix('\n')) {
-            *script = rest.to_string();
-        }
-    }
-    plain
-}
-
-/// A start opened ahead ([`StepFiles::gated_start_argv`]), waiting at its
-/// gate. Dropped unreleased, it must let the exec's stdin close, so that
-/// the exec ends having started nothing.
-#[async_trait]
-pub trait GatedStart: Send {
-    /// Sends [`GATE_OPEN`] and then is what [`StepExec::exec`] would have
-    /// been for its argv: its output into the writers until it ends or
-    /// `interrupt` fires.
-    ///
-    /// # Errors
-    /// As [`StepExec::exec`]; an exec whose gate could not be written to
-    /// ends as [`ExecEnd::Cut`], not an error: it may have started.
-    async fn release(
-        self: Box<Self>,
-        stdout: &mut (dyn AsyncWrite + Send + Unpin),
-        stderr: &mut (dyn AsyncWrite + Send + Unpin),
-        interrupt: &CancellationToken,
-    ) -> Result<ExecEnd, ExecutorError>;
-}
-
-/// The first exec of a step that was opened ahead: its release, then the
-/// exec as usual for whatever follows.
-struct Released<'a> {
-    gate: std::sync::Mutex<Option<Box<dyn GatedStart>>>,
-    exec: &'a dyn StepExec,
-}
-
-#[async_trait]
-impl StepExec for Released<'_> {
-    async fn exec(
-        &self,
-        argv: &[String],
-        stdout: &mut (dyn AsyncWrite + Send + Unpin),
-        stderr: &mut (dyn AsyncWrite + Send + Unpin),
-        interrupt: &CancellationToken,
-    ) -> Result<ExecEnd, ExecutorError> {
-        let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match gate {
-            Some(gate) => gate.release(stdout, stderr, interrupt).await,
-            None => self.exec.exec(argv, stdout, stderr, interrupt).await,
-        }
-    }
-
-    async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
-        self.exec.kill(script).await
-    }
 }
 
 /// What [`run_step`] needs besides the exec.

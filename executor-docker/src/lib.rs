@@ -135,12 +135,14 @@ impl DockerExecutor {
             Some(auth) => auth.clone(),
             None => RegistryAuth::from_docker_config()?,
         };
-        let engine = BollardEngine::connect()
+        let engine = BollardEngine::open(&bollard_engine::docker_host())
             .await?
             .reconnect_timeout(options.reconnect_timeout)
             .registry_auth(registry_auth);
-        let round_trip = engine.round_trip();
-        Ok(Self::with_engine(Arc::new(engine), options).measured(round_trip))
+        // Timed while the image is checked and the container made: the
+        // first upload is the first to need it.
+        let timing = engine.timing();
+        Ok(Self::with_engine(Arc::new(engine), options).measuring(timing))
     }
 
     /// An executor that prints the container config and every engine call

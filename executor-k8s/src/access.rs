@@ -54,6 +54,43 @@ pub const CLEANUP: &[Permission] = &[
     WATCH_PODS,
 ];
 
+/// What a caller is about to do, and so which permissions it checks
+/// first ([`K8sExecutor::connect_checked`](crate::K8sExecutor::connect_checked)).
+///
+/// ```
+/// use executor_k8s::access::{Purpose, RUN};
+/// assert_eq!(Purpose::Run.permissions(), RUN);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Runs: [`RUN`].
+    Run,
+    /// Removes crashed runs' objects: [`CLEANUP`].
+    Cleanup,
+    /// Runs with service containers, besides [`Purpose::Run`]: [`SERVICES`].
+    Services,
+}
+
+impl Purpose {
+    /// The permissions this purpose uses.
+    pub fn permissions(self) -> &'static [Permission] {
+        match self {
+            Purpose::Run => RUN,
+            Purpose::Cleanup => CLEANUP,
+            Purpose::Services => SERVICES,
+        }
+    }
+
+    /// Its name: `run`, `cleanup` or `services`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Purpose::Run => "run",
+            Purpose::Cleanup => "cleanup",
+            Purpose::Services => "services",
+        }
+    }
+}
+
 /// What a run uses, its pre-run cleanup included: the Secret (created,
 /// given its owner, deleted), the Job, its pod (found, watched, read), the
 /// pod's events, and exec into it (`create` and `get`: servers before 1.31

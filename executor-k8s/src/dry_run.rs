@@ -182,6 +182,7 @@ impl Cluster for DryRunCluster {
         ));
         Ok(Box::new(DryExec {
             marked: executor_container::detached::end_key(argv).map(str::to_string),
+            channel: argv == executor_container::detached::channel_argv().as_slice(),
         }))
     }
     async fn delete_job(&self, name: &str) -> Result<(), ExecutorError> {
@@ -222,6 +223,8 @@ struct DryExec {
     /// A step's start or follow, with its end marks' key: both streams
     /// begin with the begin mark and end with the end mark, as they would.
     marked: Option<String>,
+    /// The step channel: every start it is sent ends at once.
+    channel: bool,
 }
 
 #[async_trait]
@@ -234,6 +237,12 @@ impl ExecSession for DryExec {
         io: ExecIo<'_>,
         _interrupt: &tokio_util::sync::CancellationToken,
     ) -> Result<Ended, ExecutorError> {
+        if let (true, Some(stdin)) = (self.channel, io.stdin) {
+            executor_container::detached::answer_as_dry_channel(stdin, io.stdout, io.stderr)
+                .await
+                .map_err(|e| ExecutorError::backend("dry-run output", e.to_string()))?;
+            return Ok(Ended::Exited(0));
+        }
         if let Some(key) = &self.marked {
             use tokio::io::AsyncWriteExt;
             let mark = [

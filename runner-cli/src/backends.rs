@@ -113,15 +113,12 @@ pub async fn build(
                 insecure_skip_tls_verify: opts.k8s.insecure_skip_tls_verify,
                 insecure_plain_http: opts.k8s.insecure_plain_http,
             };
-            let connecting = async {
-                let e = K8sExecutor::connect(&source, options).await?;
-                let checked = if opts.for_cleanup {
-                    e.check_cleanup_permissions().await
-                } else {
-                    e.check_run_permissions().await
-                };
-                checked.map(|()| e)
+            let purpose = if opts.for_cleanup {
+                executor_k8s::access::Purpose::Cleanup
+            } else {
+                executor_k8s::access::Purpose::Run
             };
+            let connecting = K8sExecutor::connect_checked(&source, options, purpose);
             let connected =
                 crate::progress::while_waiting("the Kubernetes API server", connecting).await;
             match connected {

@@ -19,8 +19,7 @@ impl BollardEngine {
     /// the engine does not answer; `InvalidInput` for a `DOCKER_HOST` it cannot
     /// use.
     pub async fn connect() -> Result<Self, ExecutorError> {
-        let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string());
-        Self::connect_to(&host).await
+        Self::connect_to(&docker_host()).await
     }
 
     /// Connects to the engine at `host` (as `DOCKER_HOST` would name it:
@@ -29,6 +28,26 @@ impl BollardEngine {
     /// # Errors
     /// As [`BollardEngine::connect`].
     pub async fn connect_to(host: &str) -> Result<Self, ExecutorError> {
+        let mut engine = Self::open(host).await?;
+        // On the connection the version call left open: the link's round
+        // trip, which decides whether transfers are compressed.
+        let pinged = std::time::Instant::now();
+        engine
+            .docker
+            .ping()
+            .await
+            .map_err(|e| unreachable(host, &e))?;
+        engine.round_trip = pinged.elapsed();
+        tracing::debug!(round_trip = ?engine.round_trip, %host, "the engine's round trip");
+        Ok(engine)
+    }
+
+    /// [`BollardEngine::connect_to`] without timing the round trip: the
+    /// API version negotiated, which is the check that the engine answers.
+    ///
+    /// # Errors
+    /// As [`BollardEngine::connect`].
+    pub(crate) async fn open(host: &str) -> Result<Self, ExecutorError> {
         let schemes = ["unix://", "tcp://", "http://", "https://"];
         if !schemes.iter().any(|s| host.starts_with(s)) {
             let hint = if host.starts_with("ssh://") {
@@ -40,14 +59,6 @@ impl BollardEngine {
                 "DOCKER_HOST {host:?} names no engine it can reach: {hint}"
             )));
         }
-        let unreachable = |err: &dyn std::fmt::Display| {
-            ExecutorError::unreachable(
-                "connecting to the container engine",
-                format!(
-                    "no Docker engine answers at {host} ({err}); start one or point DOCKER_HOST at it"
-                ),
-            )
-        };
         let mut pooled = false;
         let docker = match tls_files(host)? {
             Some(tls) => Docker::connect_with_ssl(
@@ -65,23 +76,33 @@ impl BollardEngine {
             }
             None => Docker::connect_with_host(host),
         }
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| unreachable(host, &e))?;
         let docker = docker
             .negotiate_version()
             .await
-            .map_err(|e| unreachable(&e))?;
-        // On the connection the version call left open: the link's round
-        // trip, which decides whether transfers are compressed.
-        let pinged = std::time::Instant::now();
-        docker.ping().await.map_err(|e| unreachable(&e))?;
-        let round_trip = pinged.elapsed();
-        tracing::debug!(?round_trip, %host, "the engine's round trip");
+            .map_err(|e| unreachable(host, &e))?;
         Ok(BollardEngine {
             docker,
             reconnect_timeout: crate::DockerOptions::default().reconnect_timeout,
-            round_trip,
+            round_trip: std::time::Duration::ZERO,
             pooled,
             registry_auth: crate::RegistryAuth::default(),
+        })
+    }
+
+    /// Times the engine's round trip (one `/_ping`) in the background, for
+    /// a caller that need not wait for it; zero when the ping failed.
+    pub(crate) fn timing(&self) -> tokio::task::JoinHandle<std::time::Duration> {
+        let docker = self.docker.clone();
+        tokio::spawn(async move {
+            let pinged = std::time::Instant::now();
+            match docker.ping().await {
+                Ok(_) => pinged.elapsed(),
+                Err(err) => {
+                    tracing::debug!(%err, "timing the engine's round trip failed");
+                    std::time::Duration::ZERO
+                }
+            }
         })
     }
 
@@ -156,4 +177,17 @@ fn tls_files(host: &str) -> Result<Option<TlsFiles>, ExecutorError> {
         }
     }
     Ok(Some(files))
+}
+
+/// Where the engine is: `DOCKER_HOST`, else the default socket.
+pub(crate) fn docker_host() -> String {
+    std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string())
+}
+
+/// An engine that did not answer at `host`, named with what to do.
+fn unreachable(host: &str, err: &dyn std::fmt::Display) -> ExecutorError {
+    ExecutorError::unreachable(
+        "connecting to the container engine",
+        format!("no Docker engine answers at {host} ({err}); start one or point DOCKER_HOST at it"),
+    )
 }

@@ -17,6 +17,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
 mod connect;
+pub(crate) use connect::docker_host;
 mod create;
 mod errors;
 mod networks;

@@ -116,12 +116,17 @@ impl DockerExecutor {
             // opened to every user as the single upload would have.
             let checkout = format!("the checkout {} as /work", run.checkout.display());
             self.engine
-                .upload(id, "/work", &checkout, self.body(pack_dir(&run.checkout)))
+                .upload(
+                    id,
+                    "/work",
+                    &checkout,
+                    self.body(pack_dir(&run.checkout)).await,
+                )
                 .await?;
             if let Some(steps) = &run.steps_dir {
                 let what = format!("the steps {} as /steps", steps.display());
                 self.engine
-                    .upload(id, "/steps", &what, self.body(pack_dir(steps)))
+                    .upload(id, "/steps", &what, self.body(pack_dir(steps)).await)
                     .await?;
             }
             self.engine
@@ -129,7 +134,7 @@ impl DockerExecutor {
                     id,
                     STATE_DIR,
                     "the step scripts",
-                    self.body(pack_dir(scripts_dir.path())),
+                    self.body(pack_dir(scripts_dir.path())).await,
                 )
                 .await?;
             let chmod = format!("chmod 1777 {STATE_DIR}");
@@ -143,7 +148,7 @@ impl DockerExecutor {
                 PackedFolder::new(&STATE_DIR[1..], 0o1777, Some(scripts_dir.path())),
             ];
             self.engine
-                .upload(id, "/", &what, self.body(pack_folders(folders)))
+                .upload(id, "/", &what, self.body(pack_folders(folders)).await)
                 .await?;
         }
         if let Some(user) = &self.options.user {

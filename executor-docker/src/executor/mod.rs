@@ -10,9 +10,7 @@ use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart, STATE_DIR,
 };
 use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
-use executor_core::tar::{
-    pack_dir, pack_folders, PackStream, PackedFolder, UnpackLimits, UnpackSummary,
-};
+use executor_core::tar::{pack_dir, pack_folders, PackedFolder, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, RunHandle, RunLog,
     RunSpec, StepCommand,
@@ -26,6 +24,7 @@ use executor_core::script::ScriptFiles;
 
 mod ahead;
 mod bounds;
+mod compression;
 mod container;
 mod execs;
 mod listing;
@@ -48,7 +47,10 @@ pub struct DockerExecutor {
     /// settings: its own network and the user its steps run as.
     bounds: Mutex<HashMap<String, bounds::RunBounds>>,
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
-    compress: bool,
+    compress: std::sync::atomic::AtomicBool,
+    /// The round trip being timed, which decides `compress`: taken at the
+    /// first transfer ([`DockerExecutor::compresses`]).
+    timing: tokio::sync::Mutex<Option<tokio::task::JoinHandle<std::time::Duration>>>,
     /// The starts of upcoming steps opened ahead ([`ahead`]).
     ahead: executor_container::container::ahead::AheadStarts,
     /// A dry-run: every call is printed once, when it is made.
@@ -68,7 +70,8 @@ impl DockerExecutor {
     pub fn with_engine(engine: Arc<dyn Engine>, options: DockerOptions) -> Self {
         DockerExecutor {
             engine,
-            compress: options.compression.applies(None),
+            compress: options.compression.applies(None).into(),
+            timing: tokio::sync::Mutex::new(None),
             options,
             live: Mutex::new(HashMap::new()),
             bounds: Mutex::new(HashMap::new()),
@@ -77,23 +80,6 @@ impl DockerExecutor {
             gzip_in: Mutex::new(HashMap::new()),
             services: Mutex::new(HashMap::new()),
             service_logs: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// This executor, told the engine's round trip: `Compression::Auto`
-    /// compresses uploads past [`AUTO_ROUND_TRIP`](executor_core::tar::AUTO_ROUND_TRIP).
-    #[must_use]
-    pub fn measured(mut self, round_trip: std::time::Duration) -> Self {
-        self.compress = self.options.compression.applies(Some(round_trip));
-        self
-    }
-
-    /// An upload's archive as it goes: compressed, or as it is.
-    fn body(&self, tar: PackStream) -> PackStream {
-        if self.compress {
-            tar.gzip()
-        } else {
-            tar
         }
     }
 
@@ -284,7 +270,7 @@ impl Executor for DockerExecutor {
                 &run.id,
                 path,
                 &src.display().to_string(),
-                self.body(pack_dir(src)),
+                self.body(pack_dir(src)).await,
             )
             .await?;
         if let Some(user) = &user {

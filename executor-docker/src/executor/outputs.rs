@@ -29,7 +29,7 @@ impl DockerExecutor {
         dest: &std::path::Path,
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError> {
-        if self.compress && self.has_gzip(id).await {
+        if self.compresses().await && self.has_gzip(id).await {
             return self.folder_out_gzipped(id, path, dest, limits).await;
         }
         let stream = self

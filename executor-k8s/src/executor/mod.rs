@@ -24,7 +24,7 @@ use executor_core::resume::{read_plan, Reattached};
 use executor_core::script::ScriptFiles;
 
 mod again;
-mod ahead;
+mod channel;
 mod pod_exec;
 mod services;
 mod start;
@@ -41,12 +41,15 @@ pub struct K8sExecutor {
     v5: Mutex<Option<bool>>,
     /// Permission sets already found granted (checked once per executor).
     granted: Mutex<std::collections::HashSet<&'static str>>,
+    /// Each pod's step channel ([`channel`]).
+    channels: Mutex<HashMap<String, Arc<executor_container::detached::StepChannel>>>,
     /// Whether copies in go gzip-compressed ([`K8sOptions::compression`]).
-    compress: bool,
+    compress: std::sync::atomic::AtomicBool,
+    /// The round trip being timed, which decides `compress`: taken at the
+    /// first copy ([`K8sExecutor::compresses`]).
+    timing: tokio::sync::Mutex<Option<tokio::task::JoinHandle<std::time::Duration>>>,
     /// Per pod, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
-    /// The starts of upcoming steps opened ahead ([`ahead`]).
-    ahead: executor_container::container::ahead::AheadStarts,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
 }
@@ -90,13 +93,14 @@ impl K8sExecutor {
     pub fn with_cluster(cluster: Arc<dyn Cluster>, options: K8sOptions) -> Self {
         K8sExecutor {
             cluster,
-            compress: options.compression.applies(None),
+            compress: options.compression.applies(None).into(),
+            timing: tokio::sync::Mutex::new(None),
+            channels: Mutex::new(HashMap::new()),
             options,
             live: Mutex::new(HashMap::new()),
             v5: Mutex::new(None),
             granted: Mutex::new(std::collections::HashSet::new()),
             gzip_in: Mutex::new(HashMap::new()),
-            ahead: Default::default(),
             dry: false,
         }
     }
@@ -105,9 +109,37 @@ impl K8sExecutor {
     /// `Compression::Auto` compresses copies in past
     /// [`AUTO_ROUND_TRIP`](executor_core::tar::AUTO_ROUND_TRIP).
     #[must_use]
-    pub fn measured(mut self, round_trip: std::time::Duration) -> Self {
-        self.compress = self.options.compression.applies(Some(round_trip));
+    pub fn measured(self, round_trip: std::time::Duration) -> Self {
+        self.compress.store(
+            self.options.compression.applies(Some(round_trip)),
+            std::sync::atomic::Ordering::SeqCst,
+        );
         self
+    }
+
+    /// This executor, its round trip still being timed by `timing`: the
+    /// first copy waits for it, not the calls before.
+    pub(crate) fn measuring(
+        mut self,
+        timing: tokio::task::JoinHandle<std::time::Duration>,
+    ) -> Self {
+        *self.timing.get_mut() = Some(timing);
+        self
+    }
+
+    /// Whether copies go gzip-compressed; the first call waits for the
+    /// round trip if it is still being timed.
+    pub(super) async fn compresses(&self) -> bool {
+        let mut timing = self.timing.lock().await;
+        if let Some(pending) = timing.take() {
+            // A timing that failed is no round trip: `Auto` does not compress.
+            let round_trip = pending.await.unwrap_or_default();
+            self.compress.store(
+                self.options.compression.applies(Some(round_trip)),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+        }
+        self.compress.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Checks, once per executor, that the credentials hold every
@@ -118,7 +150,7 @@ impl K8sExecutor {
     /// # Errors
     /// As [`access::check`]: each permission missing, named.
     pub async fn check_run_permissions(&self) -> Result<(), ExecutorError> {
-        self.check_permissions("run", access::RUN).await
+        self.check_permissions(access::Purpose::Run).await
     }
 
     /// As [`K8sExecutor::check_run_permissions`], for `cleanup`
@@ -127,27 +159,28 @@ impl K8sExecutor {
     /// # Errors
     /// As [`access::check`]: each permission missing, named.
     pub async fn check_cleanup_permissions(&self) -> Result<(), ExecutorError> {
-        self.check_permissions("cleanup", access::CLEANUP).await
+        self.check_permissions(access::Purpose::Cleanup).await
     }
 
-    async fn check_permissions(
-        &self,
-        purpose: &'static str,
-        needed: &[access::Permission],
-    ) -> Result<(), ExecutorError> {
+    async fn check_permissions(&self, purpose: access::Purpose) -> Result<(), ExecutorError> {
         let done = self
             .granted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(purpose);
+            .contains(purpose.name());
         if !done {
-            access::check(self.cluster.as_ref(), needed).await?;
-            self.granted
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(purpose);
+            access::check(self.cluster.as_ref(), purpose.permissions()).await?;
+            self.granted_for(purpose);
         }
         Ok(())
+    }
+
+    /// Records that the credentials hold what `purpose` needs.
+    pub(crate) fn granted_for(&self, purpose: access::Purpose) {
+        self.granted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(purpose.name());
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
@@ -258,9 +291,18 @@ impl Executor for K8sExecutor {
             prelude: &prelude,
             reconnect: self.options.reconnect_timeout,
         };
-        let prepared = self.ahead.take(&live.pod, step).await;
-        // The next steps' starts open while this one runs.
-        self.open_ahead(&live, &run.work_dir, step, self.options.reconnect_timeout);
+        // Every start goes through the pod's channel: one message, not an
+        // exec's set-up. A step an earlier runner started is followed.
+        let prepared = match step.follow_from {
+            None => {
+                let argv = executor_container::container::gated_start_argv(step, start)?;
+                Some(executor_container::container::Prepared {
+                    gate: self.step_channel(&live.pod).start(argv.clone()),
+                    argv,
+                })
+            }
+            Some(_) => None,
+        };
         let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
         if live.services.is_empty() {
             return outcome;
@@ -297,7 +339,7 @@ impl Executor for K8sExecutor {
     ) -> Result<UnpackSummary, ExecutorError> {
         let pod = self.pod_of(run)?;
         let (mut writer, reader) = tokio::io::duplex(256 * 1024);
-        let gzip = self.compress && self.has_gzip(&pod).await;
+        let gzip = self.compresses().await && self.has_gzip(&pod).await;
         let argv = if gzip {
             // tar's own status, not the pipe's last (gzip's): POSIX sh
             // has no pipefail. A gzip that fails leaves a short stream,
@@ -343,7 +385,7 @@ impl Executor for K8sExecutor {
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         let live = self.live().remove(&run.id);
         if let Some(live) = &live {
-            self.ahead.let_go(&live.pod);
+            self.close_channel(&live.pod);
             if let Some(log) = &live.log {
                 self.keep_service_output(&live.pod, &live.services, log)
                     .await;

@@ -40,29 +40,8 @@ impl K8sExecutor {
         stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
         what: &str,
     ) -> Result<(), ExecutorError> {
-        // Only the start of a tool's complaint is shown; a hostile `tar` in
-        // the pod may print without end.
-        let mut stderr = executor_core::text::HeadBuffer::new(4096);
-        // Reborrowed: the session's streams live only as long as this call.
-        let io = ExecIo {
-            stdin: stdin.map(|s| s as &mut (dyn tokio::io::AsyncRead + Send + Unpin)),
-            stdout: &mut *stdout,
-            stderr: &mut stderr,
-        };
-        let ended = exec.finish(io, &CancellationToken::new()).await?;
-        let said = stderr.text();
-        match ended {
-            Ended::Exited(0) => Ok(()),
-            Ended::Exited(code) => {
-                Err(ExecutorError::backend(what, format!("exit {code}: {said}")))
-            }
-            Ended::Failed(msg) => Err(ExecutorError::backend(what, msg)),
-            Ended::Closed(why) => Err(ExecutorError::LostExitStatus {
-                what: what.to_string(),
-                detail: why,
-            }),
-            Ended::Interrupted => Err(ExecutorError::Interrupted),
-        }
+        let (ended, said) = finish(exec, stdin, stdout).await?;
+        checked(ended, &said, what)
     }
 
     /// Streams `dir` into `target` as tar over an exec and checks tar's status.
@@ -84,10 +63,12 @@ impl K8sExecutor {
     /// without closing the socket (and losing the status), and busybox tar
     /// reads to end of file, so there the stream goes in frames (see
     /// [`crate::framed`]); it is packed once either way (`pack` is called
-    /// once, when the protocol is known). Compressed where
+    /// when the protocol is known). Compressed where
     /// [`K8sOptions::compression`](crate::K8sOptions::compression) says so
     /// and the image has `gzip`: `tar`'s status, the pipe's last, is the
     /// copy's, and a stream cut short is a short gzip stream it fails on.
+    /// The first compressed copy into a pod looks for `gzip` itself; where
+    /// there is none it reads nothing, and the copy goes again, plain.
     pub(super) async fn stream_packed(
         &self,
         pod: &str,
@@ -95,27 +76,41 @@ impl K8sExecutor {
         target: &str,
         what: &str,
     ) -> Result<(), ExecutorError> {
-        // `-o`: files belong to whoever extracts them. The pod drops every
-        // capability, so root cannot give them the host's owners (GNU
-        // tar would fail on that; busybox ignores it).
-        let gzip = self.compress && self.has_gzip(pod).await;
+        loop {
+            // Whether the image has gzip is learnt by the first copy in
+            // itself, not by an exec of its own before it: over a long
+            // link that exec was two round trips before the first step.
+            let known = self.gzip_known(pod);
+            let gzip = known != Some(false) && self.compresses().await;
+            let probing = gzip && known.is_none();
+            let (ended, said) = self
+                .stream_packed_as(pod, &pack, unpack_argv(target, gzip, probing), gzip)
+                .await?;
+            if probing {
+                match ended {
+                    Ended::Exited(NO_GZIP) => {
+                        tracing::info!(pod, "the image has no gzip: copies in go uncompressed");
+                        self.gzip_found(pod, false);
+                        continue;
+                    }
+                    Ended::Exited(0) => self.gzip_found(pod, true),
+                    _ => {}
+                }
+            }
+            return checked(ended, &said, what);
+        }
+    }
+
+    /// One copy of [`K8sExecutor::stream_packed`]: `unpack` run with the
+    /// archive (gzipped when `gzip`) on its stdin, on either protocol.
+    async fn stream_packed_as(
+        &self,
+        pod: &str,
+        pack: &impl Fn() -> PackStream,
+        unpack: Vec<String>,
+        gzip: bool,
+    ) -> Result<(Ended, String), ExecutorError> {
         let pack = || if gzip { pack().gzip() } else { pack() };
-        let unpack: Vec<String> = if gzip {
-            vec![
-                "sh".into(),
-                "-c".into(),
-                r#"gzip -dc | tar x -o -C "$0""#.into(),
-                target.into(),
-            ]
-        } else {
-            vec![
-                "tar".into(),
-                "x".into(),
-                "-o".into(),
-                "-C".into(),
-                target.into(),
-            ]
-        };
         let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
         if known != Some(false) {
             // v5, or not known yet: the plain command, learning the protocol
@@ -125,9 +120,7 @@ impl K8sExecutor {
             *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
             if v5 {
                 let mut tar = pack();
-                return self
-                    .finish_checked(exec, Some(&mut tar), &mut tokio::io::sink(), what)
-                    .await;
+                return finish(exec, Some(&mut tar), &mut tokio::io::sink()).await;
             }
             // v4: closing this exec unsent gives tar an empty stdin; it
             // extracts nothing, and the copy goes again, in frames.
@@ -147,19 +140,30 @@ impl K8sExecutor {
         } else {
             crate::framed::Framed::new(pack())
         };
-        self.exec_checked(pod, argv, Some(&mut framed), &mut tokio::io::sink(), what)
-            .await
+        let exec = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
+        finish(exec, Some(&mut framed), &mut tokio::io::sink()).await
+    }
+
+    /// What the copies in know of `pod`'s gzip: `None` until one learnt it.
+    fn gzip_known(&self, pod: &str) -> Option<bool> {
+        self.gzip_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod)
+            .copied()
+    }
+
+    fn gzip_found(&self, pod: &str, has: bool) {
+        self.gzip_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pod.to_string(), has);
     }
 
     /// Whether `pod`'s image has `gzip`, asked once per pod.
     pub(super) async fn has_gzip(&self, pod: &str) -> bool {
-        if let Some(known) = self
-            .gzip_in
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(pod)
-        {
-            return *known;
+        if let Some(known) = self.gzip_known(pod) {
+            return known;
         }
         let argv = vec![
             "sh".into(),
@@ -179,10 +183,7 @@ impl K8sExecutor {
         if !has {
             tracing::info!(pod, "the image has no gzip: copies in go uncompressed");
         }
-        self.gzip_in
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(pod.to_string(), has);
+        self.gzip_found(pod, has);
         has
     }
 
@@ -273,10 +274,10 @@ impl StepExec for StepChannel<'_> {
     }
 
     async fn kill(&self, script: &str) -> Result<(), ExecutorError> {
-        // The next steps' starts waiting at their gates hold processes the
-        // kill may need (the step may have left none free): they go first,
-        // and open again as usual.
-        self.executor.ahead.let_go(&self.live.pod);
+        // The step channel's shell holds a process the kill may need (the
+        // step may have left none free): it goes first, and opens again
+        // for the next step.
+        self.executor.close_channel(&self.live.pod);
         let argv = vec!["sh".into(), "-c".into(), script.into()];
         self.executor
             .exec_checked(
@@ -287,5 +288,62 @@ impl StepExec for StepChannel<'_> {
                 "killing the step",
             )
             .await
+    }
+}
+
+/// The exit status of a first compressed copy in whose image has no
+/// `gzip` ([`unpack_argv`]); it extracted nothing.
+const NO_GZIP: i32 = 97;
+
+/// The command a copy into `target` runs: `tar x`, behind `gzip -dc` when
+/// `gzip`; `probing`, it first looks for gzip and exits [`NO_GZIP`]
+/// without it, having read nothing.
+fn unpack_argv(target: &str, gzip: bool, probing: bool) -> Vec<String> {
+    // `-o`: files belong to whoever extracts them. The pod drops every
+    // capability, so root cannot give them the host's owners (GNU tar
+    // would fail on that; busybox ignores it).
+    if !gzip {
+        return ["tar", "x", "-o", "-C", target].map(String::from).to_vec();
+    }
+    let unpack = r#"gzip -dc | tar x -o -C "$0""#;
+    let script = if probing {
+        format!("command -v gzip >/dev/null 2>&1 || exit {NO_GZIP}; {unpack}")
+    } else {
+        unpack.to_string()
+    };
+    vec!["sh".into(), "-c".into(), script, target.into()]
+}
+
+/// Drives a started exec to its end: how it ended, and the start of what
+/// it said on stderr.
+async fn finish(
+    exec: Box<dyn ExecSession>,
+    stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
+    stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+) -> Result<(Ended, String), ExecutorError> {
+    // Only the start of a tool's complaint is shown; a hostile `tar` in
+    // the pod may print without end.
+    let mut stderr = executor_core::text::HeadBuffer::new(4096);
+    // Reborrowed: the session's streams live only as long as this call.
+    let io = ExecIo {
+        stdin: stdin.map(|s| s as &mut (dyn tokio::io::AsyncRead + Send + Unpin)),
+        stdout: &mut *stdout,
+        stderr: &mut stderr,
+    };
+    let ended = exec.finish(io, &CancellationToken::new()).await?;
+    Ok((ended, stderr.text()))
+}
+
+/// `Ok` only for exit 0; otherwise an error naming `what`.
+fn checked(ended: Ended, said: &str, what: &str) -> Result<(), ExecutorError> {
+    match ended {
+        Ended::Exited(0) => Ok(()),
+        Ended::Exited(code) => Err(ExecutorError::backend(what, format!("exit {code}: {said}"))),
+        Ended::Failed(msg) => Err(ExecutorError::backend(what, msg)),
+        Ended::Closed(why) => Err(ExecutorError::LostExitStatus {
+            what: what.to_string(),
+            detail: why,
+        }),
+        Ended::Interrupted => Err(ExecutorError::Interrupted),
     }
 }

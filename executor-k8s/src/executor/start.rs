@@ -28,7 +28,7 @@ impl K8sExecutor {
         run.check_folders()?;
         self.check_run_permissions().await?;
         if !run.services.is_empty() {
-            self.check_permissions("services", access::SERVICES).await?;
+            self.check_permissions(access::Purpose::Services).await?;
         }
         if self.cluster.tls_unverified() {
             log.line(

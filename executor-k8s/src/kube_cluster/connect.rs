@@ -26,6 +26,18 @@ impl KubeCluster {
     /// `Backend` of kind `unreachable` when the server does not answer, and a
     /// refusal when it rejects the credentials.
     pub async fn connect(source: &KubeconfigSource) -> Result<Self, ExecutorError> {
+        let cluster = Self::prepare(source).await?;
+        let mut reached = cluster.reach().await?;
+        reached.round_trip = time_round_trip(cluster.client.clone(), cluster.server.clone()).await;
+        Ok(cluster.reached(reached))
+    }
+
+    /// The client [`KubeCluster::connect`] builds, before any call: the
+    /// kubeconfig read and checked, nothing sent.
+    ///
+    /// # Errors
+    /// [`ExecutorError::InvalidInput`], as [`KubeCluster::connect`].
+    pub(crate) async fn prepare(source: &KubeconfigSource) -> Result<Self, ExecutorError> {
         let options = KubeConfigOptions {
             context: source.context.clone(),
             ..KubeConfigOptions::default()
@@ -76,6 +88,29 @@ impl KubeCluster {
                 bad(&e)
             }
         })?;
+        Ok(KubeCluster {
+            client,
+            round_trip: std::time::Duration::ZERO,
+            warmed: AtomicBool::new(false),
+            version: None,
+            namespace,
+            server,
+            tls_unverified,
+            keepalive: crate::K8sOptions::default().keepalive,
+            reconnect_timeout: crate::K8sOptions::default().reconnect_timeout,
+            settling: Arc::default(),
+        })
+    }
+
+    /// Asks the server its version. Takes `&self` so that other calls (the
+    /// permission reviews) can go out at the same time;
+    /// [`KubeCluster::reached`] keeps what it learned.
+    ///
+    /// # Errors
+    /// `Backend` of kind `unreachable` when the server does not answer,
+    /// and a refusal when it rejects the credentials, naming the server.
+    pub(crate) async fn reach(&self) -> Result<Reached, ExecutorError> {
+        let (client, server) = (&self.client, &self.server);
         let info = client.apiserver_version().await.map_err(|e| {
             let what = "connecting to the cluster";
             let described = if retryable(&e) {
@@ -97,30 +132,47 @@ impl KubeCluster {
             };
             described.with_source(e)
         })?;
-        // On the connection the first call left open: the link's round
-        // trip, which decides whether copies in are compressed.
-        let asked = std::time::Instant::now();
-        let round_trip = match client.apiserver_version().await {
-            Ok(_) => asked.elapsed(),
-            Err(err) => {
-                tracing::debug!(%err, "timing the API server's round trip failed");
-                std::time::Duration::ZERO
-            }
-        };
-        tracing::debug!(?round_trip, %server, "the API server's round trip");
-        Ok(KubeCluster {
-            client,
-            round_trip,
-            warmed: AtomicBool::new(false),
+        Ok(Reached {
             version: version_of(&info.major, &info.minor),
-            namespace,
-            server,
-            tls_unverified,
-            keepalive: crate::K8sOptions::default().keepalive,
-            reconnect_timeout: crate::K8sOptions::default().reconnect_timeout,
-            settling: Arc::default(),
+            round_trip: std::time::Duration::ZERO,
         })
     }
+
+    /// Times the server's round trip in the background
+    /// ([`time_round_trip`]), for a caller that need not wait for it.
+    pub(crate) fn timing(&self) -> tokio::task::JoinHandle<std::time::Duration> {
+        tokio::spawn(time_round_trip(self.client.clone(), self.server.clone()))
+    }
+
+    /// This cluster, with what [`KubeCluster::reach`] learned.
+    pub(crate) fn reached(mut self, reached: Reached) -> Self {
+        self.version = reached.version;
+        self.round_trip = reached.round_trip;
+        self
+    }
+}
+
+/// What the first calls to a server told: its version and round trip.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reached {
+    version: Option<(u32, u32)>,
+    round_trip: std::time::Duration,
+}
+
+/// One version call, on a connection an earlier call left open: the
+/// link's round trip, which decides whether copies in are compressed.
+/// Zero when the call failed.
+async fn time_round_trip(client: Client, server: String) -> std::time::Duration {
+    let asked = std::time::Instant::now();
+    let round_trip = match client.apiserver_version().await {
+        Ok(_) => asked.elapsed(),
+        Err(err) => {
+            tracing::debug!(%err, "timing the API server's round trip failed");
+            std::time::Duration::ZERO
+        }
+    };
+    tracing::debug!(?round_trip, %server, "the API server's round trip");
+    round_trip
 }
 
 /// The server's `(major, minor)` from its version answer; a managed

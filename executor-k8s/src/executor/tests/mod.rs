@@ -48,25 +48,70 @@ impl ExecSession for ScriptedExec {
         io: ExecIo<'_>,
         _: &CancellationToken,
     ) -> Result<Ended, ExecutorError> {
+        let mut marked = self.marked.clone();
         if let Some(stdin) = io.stdin {
-            let mut all = Vec::new();
-            stdin.read_to_end(&mut all).await.unwrap();
-            self.stdin.lock().unwrap().extend(all);
+            match channel_start(stdin).await {
+                // The step channel: one start, whose marks carry its key.
+                Ok((key, command)) => {
+                    self.stdin.lock().unwrap().extend(command.into_bytes());
+                    marked = Some(key);
+                }
+                Err(all) => {
+                    let mut all = all;
+                    stdin.read_to_end(&mut all).await.unwrap();
+                    self.stdin.lock().unwrap().extend(all);
+                }
+            }
         }
-        if self.marked.is_some() {
+        if marked.is_some() {
             io.stdout.write_all(BEGIN_MARK).await.unwrap();
             io.stderr.write_all(BEGIN_MARK).await.unwrap();
         }
         io.stdout.write_all(self.stdout.as_bytes()).await.unwrap();
         // The wrapper's mark carries the status it exits with; a stream
         // cut short has none.
-        if let (Some(key), Ended::Exited(code)) = (&self.marked, &self.ended) {
+        if let (Some(key), Ended::Exited(code)) = (&marked, &self.ended) {
             let status = u8::try_from(*code).unwrap_or(u8::MAX);
             io.stdout.write_all(&end_mark(key, status)).await.unwrap();
             io.stderr.write_all(&end_mark(key, status)).await.unwrap();
         }
         Ok(self.ended)
     }
+}
+
+/// The key and the command of the start a step channel's stdin carries
+/// first; what was read, when the stdin is something else.
+async fn channel_start(
+    stdin: &mut (dyn tokio::io::AsyncRead + Send + Unpin),
+) -> Result<(String, String), Vec<u8>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while head.len() < 12 {
+        if stdin.read(&mut byte).await.unwrap() == 0 {
+            return Err(head);
+        }
+        head.push(byte[0]);
+        if byte[0] == b'\n' {
+            break;
+        }
+    }
+    let Some(n) = std::str::from_utf8(&head)
+        .ok()
+        .and_then(|h| h.trim_end().parse::<usize>().ok())
+    else {
+        return Err(head);
+    };
+    let mut command = vec![0u8; n];
+    stdin.read_exact(&mut command).await.unwrap();
+    let Some(line) = std::str::from_utf8(&command)
+        .ok()
+        .and_then(|c| c.strip_suffix("\n#knotless-end"))
+    else {
+        head.extend(command);
+        return Err(head);
+    };
+    let key = line.rsplit_once("' '").unwrap().1.trim_end_matches('\'');
+    Ok((key.to_string(), line.to_string()))
 }
 
 /// An exec on a v5 cluster that prints `stdout` and ends as `ended`.

@@ -51,7 +51,9 @@ async fn exit_137_with_the_pod_deleted_is_a_lost_environment() {
 /// the read of its status, or the runner's probe.
 fn kind_of(argv: &[String]) -> &'static str {
     match argv {
+        [_, _, script] if script == executor_container::detached::CHANNEL => "start",
         [one] if one == "true" => "probe",
+        [_, _, script, _] if script.starts_with("[ -p") => "started",
         [cat, _] if cat == "cat" => "status",
         [_, _, script] if script.contains("baseline %s") => "oom counters",
         [_, _, script, ..] if script.contains("mkfifo") => "start",
@@ -67,9 +69,11 @@ fn lost_status(oom_kills: &'static str) -> MockCluster {
     let mut cluster = MockCluster::new();
     cluster
         .expect_exec()
-        .times(4)
+        .times(5)
         .returning(move |_, _, argv, _| {
             Ok(match kind_of(argv) {
+                // Cut after its start went: its pipes are there.
+                "started" => exec("", Ended::Exited(0)),
                 // The step's output, then the connection drops: no status.
                 "start" => exec("half", Ended::Closed("the exec connection broke".into())),
                 // Its supervisor is gone and left no status.
@@ -128,7 +132,7 @@ async fn a_step_whose_stream_broke_is_followed_to_its_own_code() {
                 step_exec(argv, "f-done\n", Ended::Exited(0))
             }
             "status" => exec("7\n", Ended::Exited(0)),
-            "probe" => exec("", Ended::Exited(0)),
+            "probe" | "started" => exec("", Ended::Exited(0)),
             // A failing code is put to the pod's memory counters: none.
             "oom counters" => exec("oom_kill 0\nbaseline \n", Ended::Exited(0)),
             other => panic!("unexpected {other} exec: {argv:?}"),

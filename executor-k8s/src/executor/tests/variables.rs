@@ -8,16 +8,14 @@ async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
         .env("MODE", "release")
         .step(Step::new("s", "make").env("TOKEN_LIKE", "s3cr3t-value"))
         .step(Step::new("t", "test").env("OTHER", "o"));
-    let argvs = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
-    let seen = argvs.clone();
+    // The start goes as a message through the step channel.
+    let started = Stdin::default();
+    let seen = started.clone();
     let mut cluster = MockCluster::new();
     cluster
         .expect_exec()
         .times(1)
-        .returning(move |_, _, argv, _| {
-            seen.lock().unwrap().push(argv.to_vec());
-            Ok(step_exec(argv, "", Ended::Exited(0)))
-        });
+        .returning(move |_, _, _, _| Ok(scripted(true, "", Ended::Exited(0), &seen)));
     let executor = live_from(cluster, &spec);
     let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
         pairs
@@ -29,7 +27,7 @@ async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
     // MODE is not asked for.
     let wanted = env(&[("WORK_DIR", "/work"), ("TOKEN_LIKE", "s3cr3t-value")]);
     run_step(&executor, wanted).await.unwrap();
-    let line = argvs.lock().unwrap()[0].join(" ");
+    let line = String::from_utf8(started.lock().unwrap().clone()).unwrap();
     assert!(
         line.contains("export TOKEN_LIKE=\"$KNOTLESS_S0_TOKEN_LIKE\""),
         "{line}"

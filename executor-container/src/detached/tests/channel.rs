@@ -1,0 +1,267 @@
+//! Steps started through one long-lived exec: each with its own code and
+//! output, a step that leaves its output held, a channel cut mid-step,
+//! and messages cut short.
+
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::io::AsyncRead;
+
+/// Opens the channel's shell on the host with `shell` in place of `sh`;
+/// the stdout of the `n`th open (from 0) is cut after `cuts[n]` bytes,
+/// and its shell killed then, as an engine kills an exec's process when
+/// its client goes away.
+struct HostChannel {
+    shell: Vec<String>,
+    cuts: Mutex<VecDeque<Option<u64>>>,
+    opens: AtomicUsize,
+}
+
+impl HostChannel {
+    fn new(shell: &[&str], cuts: &[Option<u64>]) -> Arc<Self> {
+        Arc::new(HostChannel {
+            shell: shell.iter().map(|s| s.to_string()).collect(),
+            cuts: Mutex::new(cuts.iter().copied().collect()),
+            opens: AtomicUsize::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl ChannelExec for HostChannel {
+    async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
+        self.opens.fetch_add(1, Ordering::SeqCst);
+        let mut argv = argv.to_vec();
+        argv.splice(0..1, self.shell.iter().cloned());
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| ExecutorError::backend("opening the channel", e.to_string()))?;
+        let cut = self
+            .cuts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+            .flatten();
+        let (stdin, stdout, stderr) = (
+            child.stdin.take().unwrap(),
+            child.stdout.take().unwrap(),
+            child.stderr.take().unwrap(),
+        );
+        let child = Arc::new(Mutex::new(child));
+        Ok(ChannelIo {
+            stdin: Box::new(stdin),
+            stdout: Box::new(CutAfter {
+                inner: stdout,
+                left: cut,
+                child: Some(child.clone()),
+            }),
+            stderr: Box::new(CutAfter {
+                inner: stderr,
+                left: None,
+                child: None,
+            }),
+        })
+    }
+}
+
+/// A stream that ends after `left` bytes, killing the channel's shell.
+struct CutAfter<R> {
+    inner: R,
+    left: Option<u64>,
+    child: Option<Arc<Mutex<tokio::process::Child>>>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for CutAfter<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.left == Some(0) {
+            if let Some(child) = self.child.take() {
+                let _ = child.lock().unwrap_or_else(|p| p.into_inner()).start_kill();
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        let limit = self.left.map_or(buf.remaining(), |l| {
+            buf.remaining()
+                .min(usize::try_from(l).unwrap_or(usize::MAX))
+        });
+        let mut part = tokio::io::ReadBuf::new(buf.initialize_unfilled_to(limit));
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, &mut part);
+        let n = part.filled().len();
+        if let std::task::Poll::Ready(Ok(())) = polled {
+            buf.advance(n);
+            if let Some(left) = self.left.as_mut() {
+                *left -= n as u64;
+            }
+        }
+        polled
+    }
+}
+
+/// Runs the step `script` as step `id` through `channel` (its follows,
+/// if any, on `exec`): how it ended, the log's text and its output.
+async fn through(
+    channel: &Arc<StepChannel>,
+    exec: &HostExec,
+    dir: &Path,
+    id: &str,
+    script: &str,
+) -> (StepEnd, String, (String, String)) {
+    let files = StepFiles::new(&dir.display().to_string(), id);
+    let start = files.gated_start_argv("", Script::Inline(script));
+    let (log, text) = RunLog::memory();
+    let outputs = Outputs::attach(&log);
+    let end = run_step_released(
+        exec,
+        &files,
+        &start,
+        Some(channel.start(start.clone())),
+        &log,
+        &CancellationToken::new(),
+        FOLLOW_NOW,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    log.flush(Duration::from_secs(30)).await;
+    (end, text.text(), outputs.get())
+}
+
+#[tokio::test]
+async fn steps_go_through_one_channel_each_with_its_own_code_and_output() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostChannel::new(&shell, &[]);
+        let channel = StepChannel::new(host.clone());
+        channel.warm();
+        let exec = HostExec::new(&shell, &[]);
+        for i in 0..3 {
+            let script = format!("echo out {i}; echo err {i} >&2; x=$((1 + {i})); exit $x");
+            let (end, text, (out, err)) =
+                through(&channel, &exec, dir.path(), &format!("s{i}"), &script).await;
+            assert_eq!(end, StepEnd::Exited(1 + i), "{shell:?}: {text}");
+            assert_eq!(out, format!("out {i}\n"), "{shell:?}: {text}");
+            assert_eq!(err, format!("err {i}\n"), "{shell:?}: {text}");
+        }
+        assert_eq!(
+            host.opens.load(Ordering::SeqCst),
+            1,
+            "{shell:?}: one channel"
+        );
+        assert!(
+            exec.execs.lock().unwrap().is_empty(),
+            "{shell:?}: no step needed an exec of its own"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets_a_new_channel() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostChannel::new(&shell, &[]);
+        let channel = StepChannel::new(host.clone());
+        let exec = HostExec::new(&shell, &[]);
+        let (end, text, (out, _)) = through(
+            &channel,
+            &exec,
+            dir.path(),
+            "held",
+            "sleep 2 & echo before; exit 4",
+        )
+        .await;
+        assert_eq!(end, StepEnd::Exited(4), "{shell:?}: {text}");
+        assert_eq!(out, "before\n", "{shell:?}: {text}");
+        let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "next", "echo next").await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        assert_eq!(out, "next\n", "{shell:?}: {text}");
+        assert_eq!(host.opens.load(Ordering::SeqCst), 2, "{shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_channel_cut_mid_step_is_followed_and_the_step_runs_once() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostChannel::new(&shell, &[Some(begun(5000))]);
+        let channel = StepChannel::new(host.clone());
+        let exec = HostExec::new(&shell, &[]);
+        let (end, text, (out, err)) = through(&channel, &exec, dir.path(), "cut", NUMBERED).await;
+        assert_eq!(
+            end,
+            StepEnd::Exited(7),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        assert_eq!(out, numbered_lines(), "{shell:?}: every line once");
+        assert_eq!(err, "done\n");
+        assert!(
+            text.contains("following it on"),
+            "{shell:?}: {}",
+            runner_lines(&text)
+        );
+        let (end, _, (out, _)) = through(&channel, &exec, dir.path(), "after", "echo after").await;
+        assert_eq!((end, out.as_str()), (StepEnd::Exited(0), "after\n"));
+        assert_eq!(
+            host.opens.load(Ordering::SeqCst),
+            2,
+            "{shell:?}: a new channel"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_message_cut_short_or_not_a_message_runs_nothing() {
+    for shell in shells() {
+        for sent in [
+            "100\n'sh' '-c' 'echo ran'".to_string(),
+            "x\n'sh' '-c' 'echo ran'\n#knotless-end".to_string(),
+            format!(
+                "{}\n'sh' '-c' 'echo ran' 'k'\n#knotless-nd",
+                "'sh' '-c' 'echo ran' 'k'\n#knotless-nd".len()
+            ),
+        ] {
+            let mut argv = channel_argv();
+            argv.splice(0..1, shell.iter().map(|s| s.to_string()));
+            let mut child = tokio::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(sent.as_bytes()).await.unwrap();
+            drop(stdin);
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .await
+                .unwrap();
+            assert_eq!(out, "", "{shell:?}: {sent:?} ran");
+            assert!(child.wait().await.unwrap().success());
+        }
+    }
+}
+
+#[tokio::test]
+async fn any_argv_reaches_its_command_as_it_is() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostChannel::new(&shell, &[]);
+        let channel = StepChannel::new(host.clone());
+        let exec = HostExec::new(&shell, &[]);
+        let odd = "it's \"$HOME\" `x` \\ \n second line; #not a comment";
+        let script = format!("printf '%s' '{}'", odd.replace('\'', r"'\''"));
+        let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "odd", &script).await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        assert_eq!(out, odd, "{shell:?}");
+    }
+}

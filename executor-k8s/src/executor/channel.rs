@@ -1,0 +1,74 @@
+//! The step channel of each pod ([`StepChannel`]): one exec that starts
+//! every step, instead of an exec per step.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use executor_container::detached::{ChannelExec, ChannelIo, StepChannel};
+use executor_core::ExecutorError;
+use tokio_util::sync::CancellationToken;
+
+use super::K8sExecutor;
+use crate::cluster::{Cluster, ExecIo};
+use crate::job::CONTAINER;
+
+/// How large each stream's buffer between the exec and the step is.
+const BUFFER: usize = 256 * 1024;
+
+impl K8sExecutor {
+    /// `pod`'s step channel, made on first use.
+    pub(super) fn step_channel(&self, pod: &str) -> Arc<StepChannel> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(channels.entry(pod.to_string()).or_insert_with(|| {
+            StepChannel::new(Arc::new(PodChannel {
+                cluster: Arc::clone(&self.cluster),
+                pod: pod.to_string(),
+            }))
+        }))
+    }
+
+    /// Closes `pod`'s step channel and forgets it.
+    pub(super) fn close_channel(&self, pod: &str) {
+        let channel = self
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod);
+        if let Some(channel) = channel {
+            channel.close();
+        }
+    }
+}
+
+/// Opens a channel's exec in one pod.
+struct PodChannel {
+    cluster: Arc<dyn Cluster>,
+    pod: String,
+}
+
+#[async_trait]
+impl ChannelExec for PodChannel {
+    async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
+        let session = self.cluster.exec(&self.pod, CONTAINER, argv, true).await?;
+        let (stdin, mut stdin_end) = tokio::io::duplex(BUFFER);
+        let (mut stdout_end, stdout) = tokio::io::duplex(BUFFER);
+        let (mut stderr_end, stderr) = tokio::io::duplex(BUFFER);
+        // The session runs until its stdin ends (the channel closed) or
+        // its output has nowhere to go (the channel dropped): either ends
+        // the exec's connection.
+        tokio::spawn(async move {
+            let io = ExecIo {
+                stdin: Some(&mut stdin_end),
+                stdout: &mut stdout_end,
+                stderr: &mut stderr_end,
+            };
+            let ended = session.finish(io, &CancellationToken::new()).await;
+            tracing::debug!(?ended, "a step channel ended");
+        });
+        Ok(ChannelIo {
+            stdin: Box::new(stdin),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+        })
+    }
+}
