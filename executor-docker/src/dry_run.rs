@@ -86,6 +86,9 @@ impl Engine for DryRunEngine {
         // its id carries the marks' key.
         Ok(match executor_container::detached::end_key(&exec.cmd) {
             Some(key) => format!("{STEP_EXEC}{key}"),
+            None if exec.cmd == executor_container::detached::channel_argv() => {
+                CHANNEL_EXEC.to_string()
+            }
             None => "dry-run-exec".to_string(),
         })
     }
@@ -113,6 +116,12 @@ impl Engine for DryRunEngine {
         &self,
         exec_id: &str,
     ) -> Result<(ExecOutput, crate::engine::ExecInput), ExecutorError> {
+        if exec_id == CHANNEL_EXEC {
+            self.say(format!(
+                "POST /exec/{exec_id}/start (attached: stdin, stdout, stderr; each step's start is one message on stdin)"
+            ));
+            return Ok(dry_channel());
+        }
         let output = self.exec_start(exec_id).await?;
         self.say(format!("  (and stdin: the line {:?})", "go"));
         Ok((output, Box::pin(tokio::io::sink())))
@@ -197,4 +206,39 @@ impl Engine for DryRunEngine {
         self.say(format!("DELETE /networks/{name}"));
         Ok(true)
     }
+}
+
+/// The id a dry-run gives the step channel's exec.
+const CHANNEL_EXEC: &str = "dry-run-channel";
+
+/// A step channel in which every start ends at once with status 0
+/// ([`answer_as_dry_channel`](executor_container::detached::answer_as_dry_channel)).
+fn dry_channel() -> (ExecOutput, crate::engine::ExecInput) {
+    let (input, mut stdin) = tokio::io::duplex(64 * 1024);
+    let (mut stdout_end, stdout) = tokio::io::duplex(64 * 1024);
+    let (mut stderr_end, stderr) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let answered = executor_container::detached::answer_as_dry_channel(
+            &mut stdin,
+            &mut stdout_end,
+            &mut stderr_end,
+        )
+        .await;
+        if let Err(err) = answered {
+            tracing::debug!(%err, "the dry-run's step channel ended");
+        }
+    });
+    let chunks = |stream: StepStream, reader: tokio::io::DuplexStream| {
+        tokio_util::io::ReaderStream::new(reader).map(move |chunk| {
+            chunk
+                .map(|bytes| (stream, bytes))
+                .map_err(|e| ExecutorError::backend("dry-run output", e.to_string()))
+        })
+    };
+    let output = futures_util::stream::select(
+        chunks(StepStream::Stdout, stdout),
+        chunks(StepStream::Stderr, stderr),
+    )
+    .boxed();
+    (output, Box::pin(input))
 }

@@ -34,7 +34,14 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::{ungated, ExecEnd, GatedStart};
+
+mod fake;
+mod scan;
+
+use executor_core::script::quote;
 use executor_core::ExecutorError;
+pub use fake::{answer_as_channel, answer_as_dry_channel};
+use scan::Stream;
 
 /// The channel's shell: reads a length, that many bytes of a command line
 /// ending in the line `#knotless-end`, runs it with stdin from
@@ -79,45 +86,6 @@ pub trait ChannelExec: Send + Sync {
 /// The argv of the channel's exec.
 pub fn channel_argv() -> Vec<String> {
     vec!["sh".into(), "-c".into(), CHANNEL.into()]
-}
-
-/// Answers as a channel in which every start ends at once with status 0,
-/// as a dry run's environment does: each message read from `stdin` gets
-/// the begin and end marks of its key on both streams and its done
-/// notice, until `stdin` ends or holds something else.
-///
-/// # Errors
-/// When a stream cannot be read or written.
-pub async fn answer_as_dry_channel(
-    stdin: &mut (dyn AsyncRead + Send + Unpin),
-    stdout: &mut (dyn AsyncWrite + Send + Unpin),
-    stderr: &mut (dyn AsyncWrite + Send + Unpin),
-) -> std::io::Result<()> {
-    let mut reader = tokio::io::BufReader::new(stdin);
-    loop {
-        let mut line = String::new();
-        if tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line).await? == 0 {
-            return Ok(());
-        }
-        let Ok(n) = line.trim_end().parse::<usize>() else {
-            return Ok(());
-        };
-        let mut command = vec![0u8; n];
-        reader.read_exact(&mut command).await?;
-        let command = String::from_utf8_lossy(&command);
-        let Some(line) = command.strip_suffix("\n#knotless-end") else {
-            return Ok(());
-        };
-        let key = line
-            .rsplit_once("' '")
-            .map_or("", |(_, last)| last.trim_end_matches('\''));
-        let marks = [super::BEGIN_MARK, &super::end_mark(key, 0)].concat();
-        stdout.write_all(&marks).await?;
-        stderr.write_all(&marks).await?;
-        stdout
-            .write_all(format!("\0knotless-channel-done 000 {key}\n").as_bytes())
-            .await?;
-    }
 }
 
 /// The channel of one environment; see the module docs.
@@ -168,12 +136,36 @@ impl StepChannel {
 
     /// The start `argv` (a gated start's, from
     /// [`StepFiles::gated_start_argv`](super::StepFiles::gated_start_argv),
-    /// or a plain one), to be released through this channel.
-    pub fn start(self: &Arc<Self>, argv: Vec<String>) -> Box<dyn GatedStart> {
-        Box::new(ChannelStart {
+    /// or a plain one), to be released through this channel, with `env`
+    /// set for it alone and in `working_dir`, as an exec of its own would
+    /// have them. `None` when a variable's name is not one a shell can
+    /// set: that step needs an exec of its own.
+    pub fn start(
+        self: &Arc<Self>,
+        argv: Vec<String>,
+        env: &[(String, String)],
+        working_dir: Option<&str>,
+    ) -> Option<Box<dyn GatedStart>> {
+        let mut command = String::new();
+        if let Some(dir) = working_dir {
+            // A folder it cannot enter starts nothing: no begin mark, so
+            // the start is taken for a cut and made on its own exec.
+            command.push_str(&format!("cd -- {} && ", quote(dir)));
+        }
+        for (name, value) in env {
+            if !is_variable_name(name) {
+                return None;
+            }
+            command.push_str(&format!("{name}={} ", quote(value)));
+        }
+        let argv = ungated(&argv);
+        let words: Vec<String> = argv.iter().map(|w| quote(w)).collect();
+        command.push_str(&words.join(" "));
+        Some(Box::new(ChannelStart {
             channel: Arc::clone(self),
-            argv: ungated(&argv),
-        })
+            key: super::end_key(&argv).unwrap_or_default().to_string(),
+            command,
+        }))
     }
 
     async fn take(&self, state: &mut State) -> Result<ChannelIo, String> {
@@ -204,18 +196,27 @@ impl Drop for StepChannel {
 /// A step's start, sent through its environment's channel.
 struct ChannelStart {
     channel: Arc<StepChannel>,
-    argv: Vec<String>,
+    /// The key of its end marks: the start's argv's last word.
+    key: String,
+    /// The command line the channel's shell runs.
+    command: String,
 }
 
-/// The message that starts `argv`: its length, then the command line.
-fn message(argv: &[String]) -> Vec<u8> {
-    let line = argv
-        .iter()
-        .map(|word| format!("'{}'", word.replace('\'', r"'\''")))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let command = format!("{line}\n#knotless-end");
+/// The message that runs `command`: its length, then the command line
+/// and the line that says it is whole.
+fn message(command: &str) -> Vec<u8> {
+    let command = format!("{command}\n#knotless-end");
     format!("{}\n{command}", command.len()).into_bytes()
+}
+
+/// Whether `name` is a variable name a shell can set: a step whose
+/// variables all are can start through a channel.
+pub fn is_variable_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b == b'_' || b.is_ascii_alphabetic())
+        && bytes.all(|b| b == b'_' || b.is_ascii_alphanumeric())
 }
 
 #[async_trait]
@@ -226,7 +227,7 @@ impl GatedStart for ChannelStart {
         stderr: &mut (dyn AsyncWrite + Send + Unpin),
         interrupt: &CancellationToken,
     ) -> Result<ExecEnd, ExecutorError> {
-        let key = super::end_key(&self.argv).unwrap_or_default().to_string();
+        let key = self.key.clone();
         let mut state = self.channel.state.lock().await;
         let mut io = match self.channel.take(&mut state).await {
             Ok(io) => io,
@@ -236,7 +237,7 @@ impl GatedStart for ChannelStart {
                 )))
             }
         };
-        if let Err(err) = io.stdin.write_all(&message(&self.argv)).await {
+        if let Err(err) = io.stdin.write_all(&message(&self.command)).await {
             // Some of it may have gone: the step may run; follow it.
             return Ok(ExecEnd::Cut(format!(
                 "the step channel took its start only in part: {err}"
@@ -290,149 +291,4 @@ impl GatedStart for ChannelStart {
 
 fn cut_read(err: &std::io::Error) {
     tracing::debug!(%err, "the step channel's stream broke");
-}
-
-/// What a channel's stream showed of one step: its end mark, and on
-/// stdout the done notices, which are taken out.
-struct Stream {
-    mark: Vec<u8>,
-    notices: bool,
-    /// The last bytes seen, enough to hold a mark or a notice cut
-    /// between two reads.
-    tail: Vec<u8>,
-    /// Bytes held back as they may begin a done notice.
-    held: Vec<u8>,
-    marked: bool,
-    done: Option<i32>,
-    ended: bool,
-    own_done: Vec<u8>,
-}
-
-/// How much of a stream's end is kept to find a mark split between reads.
-const TAIL: usize = 256;
-
-impl Stream {
-    fn new(key: &[u8], notices: bool) -> Self {
-        let mut mark = b"\0knotless-step-end ".to_vec();
-        mark.extend_from_slice(b"NNN ");
-        mark.extend_from_slice(key);
-        let mut own_done = DONE.to_vec();
-        own_done.extend_from_slice(b"NNN ");
-        own_done.extend_from_slice(key);
-        own_done.push(b'\n');
-        Stream {
-            mark,
-            notices,
-            tail: Vec::new(),
-            held: Vec::new(),
-            marked: false,
-            done: None,
-            ended: false,
-            own_done,
-        }
-    }
-
-    /// Takes in `bytes` just read (none: the stream ended); returns what
-    /// goes on to the step's writer.
-    fn take(&mut self, bytes: &[u8]) -> Vec<u8> {
-        if bytes.is_empty() {
-            self.ended = true;
-            return std::mem::take(&mut self.held);
-        }
-        let mut data = std::mem::take(&mut self.held);
-        data.extend_from_slice(bytes);
-        let kept = if self.notices {
-            self.strip_notices(data)
-        } else {
-            data
-        };
-        self.tail.extend_from_slice(&kept);
-        if self.tail.len() > TAIL {
-            let cut = self.tail.len() - TAIL;
-            self.tail.drain(..cut);
-        }
-        if !self.marked && ends_with_mark(&self.tail, &self.mark) {
-            self.marked = true;
-        }
-        kept
-    }
-
-    /// Takes every whole done notice out of `data`, noting this step's;
-    /// a notice's possible beginning at the end is held for the next read.
-    fn strip_notices(&mut self, data: Vec<u8>) -> Vec<u8> {
-        let mut kept = Vec::with_capacity(data.len());
-        let mut rest = data.as_slice();
-        while let Some(at) = find(rest, b"\0knotless-channel-done ") {
-            let (before, notice) = rest.split_at(at);
-            kept.extend_from_slice(before);
-            match notice.iter().position(|&b| b == b'\n') {
-                Some(end) => {
-                    let (whole, after) = notice.split_at(end + 1);
-                    if let Some(code) = own_notice(whole, &self.own_done) {
-                        self.done = Some(code);
-                    }
-                    rest = after;
-                }
-                None if notice.len() < self.own_done.len() + 8 => {
-                    self.held = notice.to_vec();
-                    return kept;
-                }
-                // Too long for a notice: output.
-                None => {
-                    kept.extend_from_slice(notice);
-                    return kept;
-                }
-            }
-        }
-        // A notice's first bytes at the very end wait for the rest.
-        let split = (1..=rest.len().min(DONE.len()))
-            .rev()
-            .find(|&n| rest.ends_with(&DONE[..n]))
-            .map_or(rest.len(), |n| rest.len() - n);
-        kept.extend_from_slice(&rest[..split]);
-        self.held = rest[split..].to_vec();
-        kept
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Whether `tail` ends with a whole end mark of the shape `mark` gives
-/// (`NNN` any three digits), its usage after the key if any.
-fn ends_with_mark(tail: &[u8], mark: &[u8]) -> bool {
-    let Some(start) = tail.windows(19).rposition(|w| w == b"\0knotless-step-end ") else {
-        return false;
-    };
-    let found = &tail[start..];
-    if found.last() != Some(&b'\n') || found.len() < mark.len() {
-        return false;
-    }
-    found.iter().zip(mark).all(|(&got, &want)| {
-        if want == b'N' {
-            got.is_ascii_digit()
-        } else {
-            got == want
-        }
-    }) && matches!(found.get(mark.len()), Some(b' ' | b'\n'))
-}
-
-/// The code of a done notice that is this step's.
-fn own_notice(notice: &[u8], own: &[u8]) -> Option<i32> {
-    if notice.len() != own.len() {
-        return None;
-    }
-    let mut code = 0i32;
-    for (&got, &want) in notice.iter().zip(own) {
-        if want == b'N' {
-            if !got.is_ascii_digit() {
-                return None;
-            }
-            code = code * 10 + i32::from(got - b'0');
-        } else if got != want {
-            return None;
-        }
-    }
-    Some(code)
 }

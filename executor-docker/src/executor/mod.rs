@@ -24,6 +24,7 @@ use executor_core::script::ScriptFiles;
 
 mod ahead;
 mod bounds;
+mod channel;
 mod compression;
 mod container;
 mod execs;
@@ -51,8 +52,14 @@ pub struct DockerExecutor {
     /// The round trip being timed, which decides `compress`: taken at the
     /// first transfer ([`DockerExecutor::compresses`]).
     timing: tokio::sync::Mutex<Option<tokio::task::JoinHandle<std::time::Duration>>>,
-    /// The starts of upcoming steps opened ahead ([`ahead`]).
+    /// The starts of upcoming steps opened ahead ([`ahead`]): where a
+    /// step cannot go through the channel.
     ahead: executor_container::container::ahead::AheadStarts,
+    /// Each run container's step channel ([`channel`]).
+    channels: Mutex<HashMap<String, Arc<executor_container::detached::StepChannel>>>,
+    /// Whether steps start through the channel; the mocked engine's tests
+    /// of a step's own exec turn it off.
+    through_channel: bool,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
     /// Per container, whether its image has `gzip`, once asked.
@@ -76,6 +83,8 @@ impl DockerExecutor {
             live: Mutex::new(HashMap::new()),
             bounds: Mutex::new(HashMap::new()),
             ahead: Default::default(),
+            channels: Mutex::new(HashMap::new()),
+            through_channel: true,
             dry: false,
             gzip_in: Mutex::new(HashMap::new()),
             services: Mutex::new(HashMap::new()),
@@ -245,9 +254,7 @@ impl Executor for DockerExecutor {
         if self.has_services(id) {
             self.keep_log_for_services(id, log);
         }
-        let prepared = self.ahead.take(id, step).await;
-        // The next steps' starts open while this one runs.
-        self.open_ahead(id, &run.work_dir, step, start);
+        let prepared = self.prepared_start(id, &run.work_dir, step, start).await?;
         let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
         // A run without services has none that stopped: no engine call.
         executor_core::service::naming_stopped(outcome, self.stopped_services(id)).await
@@ -314,6 +321,7 @@ impl Executor for DockerExecutor {
         self.bounds().remove(&run.id);
         self.gzip().remove(&run.id);
         self.ahead.let_go(&run.id);
+        self.close_channel(&run.id);
         Ok(())
     }
 

@@ -296,10 +296,10 @@ impl Executor for K8sExecutor {
         let prepared = match step.follow_from {
             None => {
                 let argv = executor_container::container::gated_start_argv(step, start)?;
-                Some(executor_container::container::Prepared {
-                    gate: self.step_channel(&live.pod).start(argv.clone()),
-                    argv,
-                })
+                // The variables and the folder are the prelude's.
+                self.step_channel(&live.pod)
+                    .start(argv.clone(), &[], None)
+                    .map(|gate| executor_container::container::Prepared { gate, argv })
             }
             Some(_) => None,
         };

@@ -121,7 +121,7 @@ async fn through(
         exec,
         &files,
         &start,
-        Some(channel.start(start.clone())),
+        Some(channel.start(start.clone(), &[], None).unwrap()),
         &log,
         &CancellationToken::new(),
         FOLLOW_NOW,

@@ -1,0 +1,132 @@
+//! The step channel of each run's container ([`StepChannel`]): one exec
+//! that starts every step, instead of an exec per step.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use executor_container::container::{gated_start_argv, Prepared, StepStart};
+use executor_container::detached::{ChannelExec, ChannelIo, StepChannel};
+use executor_core::{ExecutorError, StepCommand};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::DockerExecutor;
+use crate::engine::{Engine, ExecSpec, StepStream};
+
+/// How large each stream's buffer between the exec and the step is.
+const BUFFER: usize = 256 * 1024;
+
+impl DockerExecutor {
+    /// Container `id`'s step channel, made on first use.
+    pub(super) fn step_channel(&self, id: &str, working_dir: &str) -> Arc<StepChannel> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(channels.entry(id.to_string()).or_insert_with(|| {
+            StepChannel::new(Arc::new(ContainerChannel {
+                engine: Arc::clone(&self.engine),
+                id: id.to_string(),
+                user: self.user_of(id),
+                working_dir: working_dir.to_string(),
+            }))
+        }))
+    }
+
+    /// How `step` starts in container `id`: through the channel, or an
+    /// exec of its own opened ahead, or (`None`) an exec opened now.
+    ///
+    /// # Errors
+    /// A step whose files cannot be named.
+    pub(super) async fn prepared_start(
+        &self,
+        id: &str,
+        working_dir: &str,
+        step: &StepCommand,
+        start: StepStart<'_>,
+    ) -> Result<Option<Prepared>, ExecutorError> {
+        // Every start goes through the container's channel: one message,
+        // not an exec's create and start. A step an earlier runner started
+        // is followed; one whose variables a shell cannot set gets an exec
+        // of its own, opened ahead.
+        let through_channel = match step.follow_from {
+            None if self.through_channel => {
+                let argv = gated_start_argv(step, start)?;
+                self.step_channel(id, working_dir)
+                    .start(argv.clone(), &step.env, Some(working_dir))
+                    .map(|gate| Prepared { gate, argv })
+            }
+            _ => None,
+        };
+        let prepared = match through_channel {
+            Some(prepared) => Some(prepared),
+            None => self.ahead.take(id, step).await,
+        };
+        if !self.through_channel
+            || step.upcoming.iter().any(|next| {
+                next.env
+                    .iter()
+                    .any(|(name, _)| !executor_container::detached::is_variable_name(name))
+            })
+        {
+            self.open_ahead(id, working_dir, step, start);
+        }
+        Ok(prepared)
+    }
+
+    /// Closes container `id`'s step channel and forgets it.
+    pub(super) fn close_channel(&self, id: &str) {
+        let channel = self
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(channel) = channel {
+            channel.close();
+        }
+    }
+}
+
+/// Opens a channel's exec in one container, as its steps' user.
+struct ContainerChannel {
+    engine: Arc<dyn Engine>,
+    id: String,
+    user: Option<String>,
+    working_dir: String,
+}
+
+#[async_trait]
+impl ChannelExec for ContainerChannel {
+    async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
+        let exec = ExecSpec {
+            cmd: argv.to_vec(),
+            env: Vec::new(),
+            working_dir: self.working_dir.clone(),
+            user: self.user.clone(),
+            stdin: true,
+        };
+        let exec_id = self.engine.exec_create(&self.id, &exec).await?;
+        let (mut output, input) = self.engine.exec_start_with_input(&exec_id).await?;
+        let (mut stdout_end, stdout) = tokio::io::duplex(BUFFER);
+        let (mut stderr_end, stderr) = tokio::io::duplex(BUFFER);
+        // The stream is read until it ends or its output has nowhere to go
+        // (the channel dropped): either drops the exec's connection.
+        tokio::spawn(async move {
+            while let Some(chunk) = output.next().await {
+                let written = match chunk {
+                    Ok((StepStream::Stdout, bytes)) => stdout_end.write_all(&bytes).await,
+                    Ok((StepStream::Stderr, bytes)) => stderr_end.write_all(&bytes).await,
+                    Err(err) => {
+                        tracing::debug!(%err, "a step channel's stream broke");
+                        break;
+                    }
+                };
+                if written.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(ChannelIo {
+            stdin: Box::new(input),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+        })
+    }
+}
