@@ -1,6 +1,7 @@
 //! The Kubernetes backend of [`executor_core`]: each run is one `batch/v1`
 //! Job on the user's cluster, its one pod runs a container that only waits,
-//! and every step is one exec of `sh -ec <script>` in it. The runner stays
+//! and every step runs as `sh -ec <script>` in it, started through one
+//! long-lived exec (the step channel). The runner stays
 //! outside the cluster: the checkout and `/outputs` travel as tar over
 //! exec, so the cluster needs no volume or object store, and deleting the
 //! Job lets a cluster that scales to zero give its node back.

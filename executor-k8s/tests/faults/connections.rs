@@ -234,3 +234,69 @@ async fn watches_the_server_ends_are_listed_again_and_watched_on() {
     assert!(expired >= 1, "no watch expired: the re-list path never ran");
     assert_nothing_left(&backend, &fx.runner).await;
 }
+
+/// Steps start through the pod's step channel; the channel's stream is
+/// cut at chosen bytes: at its first byte (the start's message sent, no
+/// answer yet), inside the begin mark, and mid-output. Every step still
+/// runs exactly once, with its own code, on v5 and on v4.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_cut_at_any_byte_starts_each_step_exactly_once() {
+    for v4_only in [false, true] {
+        let backend = K8s::start(
+            ClusterOptions {
+                v4_only,
+                ..ClusterOptions::default()
+            },
+            common::options(),
+        )
+        .await;
+        let fx = Fixture::new("channel-cut");
+        let mut spec = fx.spec(&backend, "channel-cut");
+        for i in 0..4 {
+            spec = spec.step(Step::new(
+                format!("s{i}"),
+                format!("echo s{i} >> \"$WORK_DIR/ran\"; i=0; while [ $i -lt 50 ]; do echo \"s{i} line $i\"; i=$((i+1)); done"),
+            ));
+        }
+        spec = spec.step(Step::new("count", "cat \"$WORK_DIR/ran\"; exit 3"));
+        backend.cluster.faults().cut_execs_after(&[1, 9, 300]);
+        let (result, log) = run_to_end(&backend, &spec).await;
+        let text = log.text();
+        assert_eq!(
+            result.status,
+            RunStatus::Failed,
+            "v4 only {v4_only}: {text}"
+        );
+        assert_eq!(
+            result.steps[4].exit_code,
+            Some(3),
+            "v4 only {v4_only}: {text}"
+        );
+        for i in 0..4 {
+            assert_eq!(
+                result.steps[i].status,
+                StepStatus::Success,
+                "v4 only {v4_only}: {text}"
+            );
+            assert_eq!(
+                text.matches(&format!("s{i} line 49\n")).count(),
+                1,
+                "v4 only {v4_only}: every line once: {text}"
+            );
+        }
+        let ran: Vec<&str> = text
+            .lines()
+            .filter(|l| l.len() == 2 && l.starts_with('s'))
+            .collect();
+        assert_eq!(ran, ["s0", "s1", "s2", "s3"], "v4 only {v4_only}: {text}");
+        assert!(
+            text.contains("following it on"),
+            "v4 only {v4_only}: no cut came: {text}"
+        );
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+}

@@ -96,6 +96,12 @@ pub async fn serve(
                 continue;
             }
         };
+        // As a real API server's are (Go's TCP connections send at once by
+        // default): a small frame is not held for the peer's delayed ACK,
+        // which would add 40 ms to every short exchange on an exec.
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%err, "test cluster: TCP_NODELAY");
+        }
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
         let mut cut = shared.cut.subscribe();
         // What a request on this connection checks: the outage's cut
