@@ -41,6 +41,7 @@ use executor_core::script::{Script, ScriptFiles};
 use executor_core::{CommandOutcome, ExecutorError, RunLog, RunSpec, StepCommand};
 
 pub mod ahead;
+pub mod compressing;
 pub mod gather;
 pub mod oom;
 

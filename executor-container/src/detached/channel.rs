@@ -83,7 +83,12 @@ pub trait ChannelExec: Send + Sync {
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError>;
 }
 
-/// The argv of the channel's exec.
+/// The argv of the channel's exec: [`CHANNEL`] under `sh -c`.
+///
+/// ```
+/// use executor_container::detached::{channel_argv, CHANNEL};
+/// assert_eq!(channel_argv(), ["sh", "-c", CHANNEL]);
+/// ```
 pub fn channel_argv() -> Vec<String> {
     vec!["sh".into(), "-c".into(), CHANNEL.into()]
 }
@@ -193,6 +198,37 @@ impl Drop for StepChannel {
     }
 }
 
+/// The step channels of a backend's environments, by environment.
+#[derive(Default)]
+pub struct StepChannels {
+    open: std::sync::Mutex<std::collections::HashMap<String, Arc<StepChannel>>>,
+}
+
+impl StepChannels {
+    /// Environment `env`'s channel; `exec` opens it, made on first use.
+    pub fn of(&self, env: &str, exec: impl FnOnce() -> Arc<dyn ChannelExec>) -> Arc<StepChannel> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(
+            open.entry(env.to_string())
+                .or_insert_with(|| StepChannel::new(exec())),
+        )
+    }
+
+    /// Closes environment `env`'s channel ([`StepChannel::close`]) and
+    /// forgets it: a step's kill may need its process, and a stopped
+    /// run's is done.
+    pub fn close(&self, env: &str) {
+        let channel = self
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(env);
+        if let Some(channel) = channel {
+            channel.close();
+        }
+    }
+}
+
 /// A step's start, sent through its environment's channel.
 struct ChannelStart {
     channel: Arc<StepChannel>,
@@ -211,6 +247,12 @@ fn message(command: &str) -> Vec<u8> {
 
 /// Whether `name` is a variable name a shell can set: a step whose
 /// variables all are can start through a channel.
+///
+/// ```
+/// use executor_container::detached::is_variable_name;
+/// assert!(is_variable_name("CARGO_HOME") && is_variable_name("_x1"));
+/// assert!(!is_variable_name("1x") && !is_variable_name("a-b") && !is_variable_name(""));
+/// ```
 pub fn is_variable_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes

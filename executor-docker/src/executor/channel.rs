@@ -19,15 +19,14 @@ const BUFFER: usize = 256 * 1024;
 impl DockerExecutor {
     /// Container `id`'s step channel, made on first use.
     pub(super) fn step_channel(&self, id: &str, working_dir: &str) -> Arc<StepChannel> {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(channels.entry(id.to_string()).or_insert_with(|| {
-            StepChannel::new(Arc::new(ContainerChannel {
+        self.channels.of(id, || {
+            Arc::new(ContainerChannel {
                 engine: Arc::clone(&self.engine),
                 id: id.to_string(),
                 user: self.user_of(id),
                 working_dir: working_dir.to_string(),
-            }))
-        }))
+            })
+        })
     }
 
     /// How `step` starts in container `id`: through the channel, or an
@@ -69,18 +68,6 @@ impl DockerExecutor {
             self.open_ahead(id, working_dir, step, start);
         }
         Ok(prepared)
-    }
-
-    /// Closes container `id`'s step channel and forgets it.
-    pub(super) fn close_channel(&self, id: &str) {
-        let channel = self
-            .channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-        if let Some(channel) = channel {
-            channel.close();
-        }
     }
 }
 

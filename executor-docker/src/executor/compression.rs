@@ -10,10 +10,7 @@ impl DockerExecutor {
     /// compresses uploads past [`AUTO_ROUND_TRIP`](executor_core::tar::AUTO_ROUND_TRIP).
     #[must_use]
     pub fn measured(self, round_trip: std::time::Duration) -> Self {
-        self.compress.store(
-            self.options.compression.applies(Some(round_trip)),
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        self.compressing.measured(round_trip);
         self
     }
 
@@ -23,23 +20,14 @@ impl DockerExecutor {
         mut self,
         timing: tokio::task::JoinHandle<std::time::Duration>,
     ) -> Self {
-        *self.timing.get_mut() = Some(timing);
+        self.compressing.measuring(timing);
         self
     }
 
-    /// Whether transfers go gzip-compressed; the first call waits for the
-    /// round trip if it is still being timed.
+    /// Whether transfers go gzip-compressed
+    /// ([`Compressing::compresses`](executor_container::container::compressing::Compressing::compresses)).
     pub(super) async fn compresses(&self) -> bool {
-        let mut timing = self.timing.lock().await;
-        if let Some(pending) = timing.take() {
-            // A timing that failed is no round trip: `Auto` does not compress.
-            let round_trip = pending.await.unwrap_or_default();
-            self.compress.store(
-                self.options.compression.applies(Some(round_trip)),
-                std::sync::atomic::Ordering::SeqCst,
-            );
-        }
-        self.compress.load(std::sync::atomic::Ordering::SeqCst)
+        self.compressing.compresses().await
     }
 
     /// An upload's archive as it goes: compressed, or as it is.

@@ -263,7 +263,7 @@ impl StepExec for StepChannel<'_> {
         // kill may need (the step may have left none free): they go first,
         // and open again as usual.
         self.executor.ahead.let_go(self.id);
-        self.executor.close_channel(self.id);
+        self.executor.channels.close(self.id);
         self.executor
             .exec_as_root(self.id, script, "killing the step")
             .await

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use executor_container::container::compressing::Compressing;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart, STATE_DIR,
 };
@@ -48,15 +49,12 @@ pub struct DockerExecutor {
     /// settings: its own network and the user its steps run as.
     bounds: Mutex<HashMap<String, bounds::RunBounds>>,
     /// Whether uploads go gzip-compressed ([`DockerOptions::compression`]).
-    compress: std::sync::atomic::AtomicBool,
-    /// The round trip being timed, which decides `compress`: taken at the
-    /// first transfer ([`DockerExecutor::compresses`]).
-    timing: tokio::sync::Mutex<Option<tokio::task::JoinHandle<std::time::Duration>>>,
+    compressing: executor_container::container::compressing::Compressing,
     /// The starts of upcoming steps opened ahead ([`ahead`]): where a
     /// step cannot go through the channel.
     ahead: executor_container::container::ahead::AheadStarts,
     /// Each run container's step channel ([`channel`]).
-    channels: Mutex<HashMap<String, Arc<executor_container::detached::StepChannel>>>,
+    channels: executor_container::detached::StepChannels,
     /// Whether steps start through the channel; the mocked engine's tests
     /// of a step's own exec turn it off.
     through_channel: bool,
@@ -77,13 +75,12 @@ impl DockerExecutor {
     pub fn with_engine(engine: Arc<dyn Engine>, options: DockerOptions) -> Self {
         DockerExecutor {
             engine,
-            compress: options.compression.applies(None).into(),
-            timing: tokio::sync::Mutex::new(None),
+            compressing: Compressing::new(options.compression),
             options,
             live: Mutex::new(HashMap::new()),
             bounds: Mutex::new(HashMap::new()),
             ahead: Default::default(),
-            channels: Mutex::new(HashMap::new()),
+            channels: Default::default(),
             through_channel: true,
             dry: false,
             gzip_in: Mutex::new(HashMap::new()),
@@ -321,7 +318,7 @@ impl Executor for DockerExecutor {
         self.bounds().remove(&run.id);
         self.gzip().remove(&run.id);
         self.ahead.let_go(&run.id);
-        self.close_channel(&run.id);
+        self.channels.close(&run.id);
         Ok(())
     }
 

@@ -18,25 +18,12 @@ const BUFFER: usize = 256 * 1024;
 impl K8sExecutor {
     /// `pod`'s step channel, made on first use.
     pub(super) fn step_channel(&self, pod: &str) -> Arc<StepChannel> {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(channels.entry(pod.to_string()).or_insert_with(|| {
-            StepChannel::new(Arc::new(PodChannel {
+        self.channels.of(pod, || {
+            Arc::new(PodChannel {
                 cluster: Arc::clone(&self.cluster),
                 pod: pod.to_string(),
-            }))
-        }))
-    }
-
-    /// Closes `pod`'s step channel and forgets it.
-    pub(super) fn close_channel(&self, pod: &str) {
-        let channel = self
-            .channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(pod);
-        if let Some(channel) = channel {
-            channel.close();
-        }
+            })
+        })
     }
 }
 

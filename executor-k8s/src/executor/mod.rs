@@ -42,12 +42,9 @@ pub struct K8sExecutor {
     /// Permission sets already found granted (checked once per executor).
     granted: Mutex<std::collections::HashSet<&'static str>>,
     /// Each pod's step channel ([`channel`]).
-    channels: Mutex<HashMap<String, Arc<executor_container::detached::StepChannel>>>,
-    /// Whether copies in go gzip-compressed ([`K8sOptions::compression`]).
-    compress: std::sync::atomic::AtomicBool,
-    /// The round trip being timed, which decides `compress`: taken at the
-    /// first copy ([`K8sExecutor::compresses`]).
-    timing: tokio::sync::Mutex<Option<tokio::task::JoinHandle<std::time::Duration>>>,
+    channels: executor_container::detached::StepChannels,
+    /// Whether copies go gzip-compressed ([`K8sOptions::compression`]).
+    compressing: executor_container::container::compressing::Compressing,
     /// Per pod, whether its image has `gzip`, once asked.
     gzip_in: Mutex<HashMap<String, bool>>,
     /// A dry-run: every call is printed once, when it is made.
@@ -93,9 +90,10 @@ impl K8sExecutor {
     pub fn with_cluster(cluster: Arc<dyn Cluster>, options: K8sOptions) -> Self {
         K8sExecutor {
             cluster,
-            compress: options.compression.applies(None).into(),
-            timing: tokio::sync::Mutex::new(None),
-            channels: Mutex::new(HashMap::new()),
+            compressing: executor_container::container::compressing::Compressing::new(
+                options.compression,
+            ),
+            channels: Default::default(),
             options,
             live: Mutex::new(HashMap::new()),
             v5: Mutex::new(None),
@@ -110,10 +108,7 @@ impl K8sExecutor {
     /// [`AUTO_ROUND_TRIP`](executor_core::tar::AUTO_ROUND_TRIP).
     #[must_use]
     pub fn measured(self, round_trip: std::time::Duration) -> Self {
-        self.compress.store(
-            self.options.compression.applies(Some(round_trip)),
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        self.compressing.measured(round_trip);
         self
     }
 
@@ -123,23 +118,14 @@ impl K8sExecutor {
         mut self,
         timing: tokio::task::JoinHandle<std::time::Duration>,
     ) -> Self {
-        *self.timing.get_mut() = Some(timing);
+        self.compressing.measuring(timing);
         self
     }
 
-    /// Whether copies go gzip-compressed; the first call waits for the
-    /// round trip if it is still being timed.
+    /// Whether copies go gzip-compressed
+    /// ([`Compressing::compresses`](executor_container::container::compressing::Compressing::compresses)).
     pub(super) async fn compresses(&self) -> bool {
-        let mut timing = self.timing.lock().await;
-        if let Some(pending) = timing.take() {
-            // A timing that failed is no round trip: `Auto` does not compress.
-            let round_trip = pending.await.unwrap_or_default();
-            self.compress.store(
-                self.options.compression.applies(Some(round_trip)),
-                std::sync::atomic::Ordering::SeqCst,
-            );
-        }
-        self.compress.load(std::sync::atomic::Ordering::SeqCst)
+        self.compressing.compresses().await
     }
 
     /// Checks, once per executor, that the credentials hold every
@@ -385,7 +371,7 @@ impl Executor for K8sExecutor {
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         let live = self.live().remove(&run.id);
         if let Some(live) = &live {
-            self.close_channel(&live.pod);
+            self.channels.close(&live.pod);
             if let Some(log) = &live.log {
                 self.keep_service_output(&live.pod, &live.services, log)
                     .await;

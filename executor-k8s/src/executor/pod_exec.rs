@@ -277,7 +277,7 @@ impl StepExec for StepChannel<'_> {
         // The step channel's shell holds a process the kill may need (the
         // step may have left none free): it goes first, and opens again
         // for the next step.
-        self.executor.close_channel(&self.live.pod);
+        self.executor.channels.close(&self.live.pod);
         let argv = vec!["sh".into(), "-c".into(), script.into()];
         self.executor
             .exec_checked(
