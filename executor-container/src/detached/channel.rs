@@ -101,7 +101,6 @@ pub struct StepChannel {
 
 enum State {
     Closed,
-    Opening(tokio::task::JoinHandle<Result<ChannelIo, ExecutorError>>),
     Open(ChannelIo),
 }
 
@@ -114,27 +113,11 @@ impl StepChannel {
         })
     }
 
-    /// Starts opening the channel, unless it is open or opening: a step
-    /// that uses it then waits no set-up.
-    pub fn warm(&self) {
-        if let Ok(mut state) = self.state.try_lock() {
-            if matches!(*state, State::Closed) {
-                let exec = Arc::clone(&self.exec);
-                *state = State::Opening(tokio::spawn(
-                    async move { exec.open(&channel_argv()).await },
-                ));
-            }
-        }
-    }
-
     /// Closes the channel unless a step is using it: its shell reads the
     /// end of its stdin and ends, freeing its process (a step's kill may
     /// need it); the next step opens it again.
     pub fn close(&self) {
         if let Ok(mut state) = self.state.try_lock() {
-            if let State::Opening(opening) = &*state {
-                opening.abort();
-            }
             *state = State::Closed;
         }
     }
@@ -176,24 +159,11 @@ impl StepChannel {
     async fn take(&self, state: &mut State) -> Result<ChannelIo, String> {
         match std::mem::replace(state, State::Closed) {
             State::Open(io) => Ok(io),
-            State::Opening(opening) => match opening.await {
-                Ok(Ok(io)) => Ok(io),
-                Ok(Err(err)) => Err(err.to_string()),
-                Err(err) => Err(err.to_string()),
-            },
             State::Closed => self
                 .exec
                 .open(&channel_argv())
                 .await
                 .map_err(|e| e.to_string()),
-        }
-    }
-}
-
-impl Drop for StepChannel {
-    fn drop(&mut self) {
-        if let State::Opening(opening) = self.state.get_mut() {
-            opening.abort();
         }
     }
 }

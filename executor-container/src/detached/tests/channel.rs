@@ -138,7 +138,6 @@ async fn steps_go_through_one_channel_each_with_its_own_code_and_output() {
         let dir = tempfile::tempdir().unwrap();
         let host = HostChannel::new(&shell, &[]);
         let channel = StepChannel::new(host.clone());
-        channel.warm();
         let exec = HostExec::new(&shell, &[]);
         for i in 0..3 {
             let script = format!("echo out {i}; echo err {i} >&2; x=$((1 + {i})); exit $x");
