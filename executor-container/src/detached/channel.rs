@@ -71,6 +71,18 @@ pub struct ChannelIo {
     pub stdout: Box<dyn AsyncRead + Send + Unpin>,
     /// The exec's stderr.
     pub stderr: Box<dyn AsyncRead + Send + Unpin>,
+    /// The task that carries the exec's streams, if the backend runs one:
+    /// aborted when the channel is dropped, so the exec's connection goes
+    /// with it even while a process a step left holds its output open.
+    pub pump: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ChannelIo {
+    fn drop(&mut self) {
+        if let Some(pump) = &self.pump {
+            pump.abort();
+        }
+    }
 }
 
 /// How a backend opens the channel's exec in its environment.

@@ -93,9 +93,10 @@ impl ChannelExec for ContainerChannel {
         let (mut output, input) = self.engine.exec_start_with_input(&exec_id).await?;
         let (mut stdout_end, stdout) = tokio::io::duplex(BUFFER);
         let (mut stderr_end, stderr) = tokio::io::duplex(BUFFER);
-        // The stream is read until it ends or its output has nowhere to go
-        // (the channel dropped): either drops the exec's connection.
-        tokio::spawn(async move {
+        // The stream is read until it ends, its output has nowhere to go,
+        // or the channel is dropped (which aborts it): each drops the
+        // exec's connection.
+        let pump = tokio::spawn(async move {
             while let Some(chunk) = output.next().await {
                 let written = match chunk {
                     Ok((StepStream::Stdout, bytes)) => stdout_end.write_all(&bytes).await,
@@ -114,6 +115,7 @@ impl ChannelExec for ContainerChannel {
             stdin: Box::new(input),
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
+            pump: Some(pump),
         })
     }
 }

@@ -40,10 +40,10 @@ impl ChannelExec for PodChannel {
         let (stdin, mut stdin_end) = tokio::io::duplex(BUFFER);
         let (mut stdout_end, stdout) = tokio::io::duplex(BUFFER);
         let (mut stderr_end, stderr) = tokio::io::duplex(BUFFER);
-        // The session runs until its stdin ends (the channel closed) or
-        // its output has nowhere to go (the channel dropped): either ends
-        // the exec's connection.
-        tokio::spawn(async move {
+        // The session runs until its stdin ends, its output has nowhere to
+        // go, or the channel is dropped (which aborts it): each ends the
+        // exec's connection.
+        let pump = tokio::spawn(async move {
             let io = ExecIo {
                 stdin: Some(&mut stdin_end),
                 stdout: &mut stdout_end,
@@ -56,6 +56,7 @@ impl ChannelExec for PodChannel {
             stdin: Box::new(stdin),
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
+            pump: Some(pump),
         })
     }
 }

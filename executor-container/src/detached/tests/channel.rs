@@ -64,6 +64,7 @@ impl ChannelExec for HostChannel {
                 left: None,
                 child: None,
             }),
+            pump: None,
         })
     }
 }
@@ -263,4 +264,22 @@ async fn any_argv_reaches_its_command_as_it_is() {
         assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
         assert_eq!(out, odd, "{shell:?}");
     }
+}
+
+#[tokio::test]
+async fn a_dropped_channel_ends_the_task_that_carries_its_streams() {
+    let (held, gone) = tokio::sync::oneshot::channel::<()>();
+    let pump = tokio::spawn(async move {
+        // A stream a leftover process holds open: it never ends by itself.
+        let _held = held;
+        std::future::pending::<()>().await;
+    });
+    let io = ChannelIo {
+        stdin: Box::new(tokio::io::sink()),
+        stdout: Box::new(tokio::io::empty()),
+        stderr: Box::new(tokio::io::empty()),
+        pump: Some(pump),
+    };
+    drop(io);
+    assert!(gone.await.is_err(), "the pump was dropped, not kept");
 }
