@@ -251,7 +251,6 @@ impl GatedStart for ChannelStart {
         stderr: &mut (dyn AsyncWrite + Send + Unpin),
         interrupt: &CancellationToken,
     ) -> Result<ExecEnd, ExecutorError> {
-        let key = self.key.clone();
         let mut state = self.channel.state.lock().await;
         let mut io = match self.channel.take(&mut state).await {
             Ok(io) => io,
@@ -261,21 +260,20 @@ impl GatedStart for ChannelStart {
                 )))
             }
         };
-        if let Err(err) = io.stdin.write_all(&message(&self.command)).await {
+        let sent = async {
+            io.stdin.write_all(&message(&self.command)).await?;
+            io.stdin.flush().await
+        };
+        if let Err(err) = sent.await {
             // Some of it may have gone: the step may run; follow it.
-            return Ok(ExecEnd::Cut(format!(
-                "the step channel took its start only in part: {err}"
-            )));
-        }
-        if let Err(err) = io.stdin.flush().await {
             return Ok(ExecEnd::Cut(format!(
                 "the step channel took its start only in part: {err}"
             )));
         }
         let written =
             |e: std::io::Error| ExecutorError::backend("writing the step's output", e.to_string());
-        let mut out = Stream::new(key.as_bytes(), true);
-        let mut err = Stream::new(key.as_bytes(), false);
+        let mut out = Stream::new(self.key.as_bytes(), true);
+        let mut err = Stream::new(self.key.as_bytes(), false);
         let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
         loop {
             if out.marked && err.marked {

@@ -35,7 +35,7 @@ use executor_core::usage::{StepUsage, MARKED_MAX};
 
 /// What every end mark begins with: a NUL first, which text output
 /// seldom has, so nothing is held back for it.
-const PREFIX: &[u8] = b"\0knotless-step-end ";
+pub(super) const PREFIX: &[u8] = b"\0knotless-step-end ";
 
 /// The last bytes of both streams of an exec whose marks carry `key`
 /// ([`end_key`] of its argv) when it ran to its end and exits with
@@ -75,7 +75,7 @@ pub fn end_key(argv: &[String]) -> Option<&str> {
 
 /// How long a mark with `key` is at most: the prefix, three digits, a
 /// space, the key, a space and the usage, and a newline.
-fn mark_len(key: &[u8]) -> usize {
+pub(super) fn mark_len(key: &[u8]) -> usize {
     PREFIX.len() + 3 + 1 + key.len() + 1 + MARKED_MAX + 1
 }
 
@@ -102,7 +102,7 @@ fn starts_a_mark(tail: &[u8], key: &[u8]) -> bool {
 
 /// The status a whole end mark with `key` carries, and the usage after
 /// it when there is one.
-fn status_of(mark: &[u8], key: &[u8]) -> Option<(u8, Option<StepUsage>)> {
+pub(super) fn status_of(mark: &[u8], key: &[u8]) -> Option<(u8, Option<StepUsage>)> {
     if mark.last() != Some(&b'\n') || !starts_a_mark(mark, key) {
         return None;
     }

@@ -53,8 +53,7 @@ pub async fn answer_as_channel(
         .concat();
         stdout.write_all(&marks).await?;
         stderr.write_all(&marks).await?;
-        stdout
-            .write_all(format!("\0knotless-channel-done {status:03} {key}\n").as_bytes())
-            .await?;
+        let done = [super::DONE, format!("{status:03} {key}\n").as_bytes()].concat();
+        stdout.write_all(&done).await?;
     }
 }

@@ -2,11 +2,13 @@
 //! stdout the done notices, which are taken out.
 
 use super::DONE;
+use crate::detached::end_mark::{mark_len, status_of, PREFIX};
 
 /// What a channel's stream showed of one step: its end mark, and on
 /// stdout the done notices, which are taken out.
 pub(super) struct Stream {
-    mark: Vec<u8>,
+    /// The key of the step's end marks.
+    key: Vec<u8>,
     notices: bool,
     /// The last bytes seen, enough to hold a mark or a notice cut
     /// between two reads.
@@ -19,20 +21,14 @@ pub(super) struct Stream {
     own_done: Vec<u8>,
 }
 
-/// How much of a stream's end is kept to find a mark split between reads.
-const TAIL: usize = 256;
-
 impl Stream {
     pub(super) fn new(key: &[u8], notices: bool) -> Self {
-        let mut mark = b"\0knotless-step-end ".to_vec();
-        mark.extend_from_slice(b"NNN ");
-        mark.extend_from_slice(key);
         let mut own_done = DONE.to_vec();
         own_done.extend_from_slice(b"NNN ");
         own_done.extend_from_slice(key);
         own_done.push(b'\n');
         Stream {
-            mark,
+            key: key.to_vec(),
             notices,
             tail: Vec::new(),
             held: Vec::new(),
@@ -58,11 +54,13 @@ impl Stream {
             data
         };
         self.tail.extend_from_slice(&kept);
-        if self.tail.len() > TAIL {
-            let cut = self.tail.len() - TAIL;
+        // Enough of the end to hold a whole mark split between reads.
+        let longest = mark_len(&self.key);
+        if self.tail.len() > longest {
+            let cut = self.tail.len() - longest;
             self.tail.drain(..cut);
         }
-        if !self.marked && ends_with_mark(&self.tail, &self.mark) {
+        if !self.marked && ends_with_mark(&self.tail, &self.key) {
             self.marked = true;
         }
         kept
@@ -73,7 +71,7 @@ impl Stream {
     fn strip_notices(&mut self, data: Vec<u8>) -> Vec<u8> {
         let mut kept = Vec::with_capacity(data.len());
         let mut rest = data.as_slice();
-        while let Some(at) = find(rest, b"\0knotless-channel-done ") {
+        while let Some(at) = find(rest, DONE) {
             let (before, notice) = rest.split_at(at);
             kept.extend_from_slice(before);
             match notice.iter().position(|&b| b == b'\n') {
@@ -110,23 +108,12 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Whether `tail` ends with a whole end mark of the shape `mark` gives
-/// (`NNN` any three digits), its usage after the key if any.
-fn ends_with_mark(tail: &[u8], mark: &[u8]) -> bool {
-    let Some(start) = tail.windows(19).rposition(|w| w == b"\0knotless-step-end ") else {
-        return false;
-    };
-    let found = &tail[start..];
-    if found.last() != Some(&b'\n') || found.len() < mark.len() {
-        return false;
-    }
-    found.iter().zip(mark).all(|(&got, &want)| {
-        if want == b'N' {
-            got.is_ascii_digit()
-        } else {
-            got == want
-        }
-    }) && matches!(found.get(mark.len()), Some(b' ' | b'\n'))
+/// Whether `tail` ends with a whole end mark with `key`, read as the
+/// step's own exec reads one ([`status_of`]).
+fn ends_with_mark(tail: &[u8], key: &[u8]) -> bool {
+    tail.windows(PREFIX.len())
+        .rposition(|w| w == PREFIX)
+        .is_some_and(|start| status_of(&tail[start..], key).is_some())
 }
 
 /// The code of a done notice that is this step's.
