@@ -19,9 +19,12 @@
 //! channel is used again only after a step whose both end marks came
 //! through it, and is dropped after anything else.
 //!
-//! A message is the start's argv as one shell command line, with its
-//! length before it and a last line after it, so a message cut short is
-//! never run. After each start the channel's shell writes a done notice
+//! A message is the start's text, run in a subshell of the channel's
+//! shell that sets what the start's own exec took from its arguments:
+//! a fork, not the exec of a new shell (0.8 ms a step in a busybox
+//! container). Its first line names the key of the start's end marks,
+//! its length goes before it and a last line after it, so a message cut
+//! short is never run. After each start the channel's shell writes a done notice
 //! on stdout; it ends a step whose supervisor left a process holding its
 //! output (no end marks come then, as on the step's own exec, whose
 //! engine ends it when its process ends) and is never output.
@@ -33,6 +36,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::scripts::HEAD;
 use super::{ungated, ExecEnd, GatedStart};
 
 mod fake;
@@ -48,15 +52,15 @@ use scan::Stream;
 /// `/dev/null`, and says it is done; a length that is not a number, a
 /// message cut short, or the end of stdin ends it having run nothing
 /// more. `dd` reads the exact count (`head` may read ahead from a pipe).
-pub const CHANNEL: &str = r#"while IFS= read -r n; do
-  case "$n" in ''|*[!0-9]*) exit 0;; esac
-  c=$(dd bs="$n" count=1 iflag=fullblock 2>/dev/null) || exit 0
-  case "$c" in *'
+pub const CHANNEL: &str = r#"while IFS= read -r _kn; do
+  case "$_kn" in ''|*[!0-9]*) exit 0;; esac
+  _kc=$(dd bs="$_kn" count=1 iflag=fullblock 2>/dev/null) || exit 0
+  case "$_kc" in *'
 #knotless-end') ;; *) exit 0;; esac
-  k=${c##*"' '"}; k=${k%%"'"*}
-  eval "$c" < /dev/null
-  s=$?
-  printf '\000knotless-channel-done %03d %s\n' "$s" "$k"
+  _kk=${_kc#: }; _kk=${_kk%%[!0-9a-f]*}
+  eval "$_kc" < /dev/null
+  _ks=$?
+  printf '\000knotless-channel-done %03d %s\n' "$_ks" "$_kk"
 done"#;
 
 /// What every done notice begins with.
@@ -146,24 +150,32 @@ impl StepChannel {
         env: &[(String, String)],
         working_dir: Option<&str>,
     ) -> Option<Box<dyn GatedStart>> {
-        let mut command = String::new();
+        let argv = ungated(&argv);
+        let key = super::end_key(&argv)?.to_string();
+        let [_, _, text, prefix, script, _] = argv.as_slice() else {
+            return None;
+        };
+        let body = text.strip_prefix(HEAD)?;
+        let mut command = format!(": {key}\n(");
         if let Some(dir) = working_dir {
             // A folder it cannot enter starts nothing: no begin mark, so
             // the start is taken for a cut and made on its own exec.
-            command.push_str(&format!("cd -- {} && ", quote(dir)));
+            command.push_str(&format!("cd -- {} || exit 125\n", quote(dir)));
         }
         for (name, value) in env {
             if !is_variable_name(name) {
                 return None;
             }
-            command.push_str(&format!("{name}={} ", quote(value)));
+            command.push_str(&format!("export {name}={}\n", quote(value)));
         }
-        let argv = ungated(&argv);
-        let words: Vec<String> = argv.iter().map(|w| quote(w)).collect();
-        command.push_str(&words.join(" "));
+        command.push_str(&format!(
+            "_kd={}; _kkey={key}; set -- {} {key}\n{body}\n)",
+            quote(prefix),
+            quote(script),
+        ));
         Some(Box::new(ChannelStart {
             channel: Arc::clone(self),
-            key: super::end_key(&argv).unwrap_or_default().to_string(),
+            key,
             command,
         }))
     }
@@ -225,6 +237,22 @@ struct ChannelStart {
 fn message(command: &str) -> Vec<u8> {
     let command = format!("{command}\n#knotless-end");
     format!("{}\n{command}", command.len()).into_bytes()
+}
+
+/// The key of the end marks a channel message's start carries, as the
+/// channel's shell reads it from the message's first line (`: KEY`);
+/// empty when there is none. Fakes of the channel answer with it.
+///
+/// ```
+/// use executor_container::detached::message_key;
+/// assert_eq!(message_key(": 0a1b\n(true)"), "0a1b");
+/// assert_eq!(message_key("true"), "");
+/// ```
+pub fn message_key(command: &str) -> &str {
+    command.strip_prefix(": ").map_or("", |rest| {
+        let hex = rest.bytes().take_while(u8::is_ascii_hexdigit).count();
+        rest.get(..hex).unwrap_or_default()
+    })
 }
 
 /// Whether `name` is a variable name a shell can set: a step whose

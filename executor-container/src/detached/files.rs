@@ -1,7 +1,7 @@
 //! The files of one step in the environment and the argv of every exec
 //! that starts, follows, probes, reads or kills it.
 
-use super::scripts::{BEGIN, FOLLOW, GATE, START, STREAMS};
+use super::scripts::{BEGIN, FOLLOW, GATE, HEAD, START, STREAMS};
 use executor_core::events::OutputStream;
 use executor_core::script::Script;
 use executor_core::usage::StepUsage;
@@ -65,7 +65,7 @@ impl StepFiles {
             Script::File(path) => ("-e", path),
         };
         let follow = format!("o=0; e=0\n{FOLLOW}");
-        let text = START
+        let body = START
             .replace("STREAMS", STREAMS)
             .replace("BEGIN", BEGIN)
             .replace("FOLLOW", &follow)
@@ -77,7 +77,7 @@ impl StepFiles {
         vec![
             "sh".into(),
             "-c".into(),
-            text,
+            format!("{HEAD}{body}"),
             self.prefix.clone(),
             arg.into(),
             executor_core::labels::random_hex(16),
@@ -96,7 +96,7 @@ impl StepFiles {
     /// use executor_core::script::Script;
     /// let files = StepFiles::new("/.knotless", "a1s1-00");
     /// let argv = files.gated_start_argv("", Script::File("/.knotless/step-ab.sh"));
-    /// assert!(argv[2].starts_with("IFS= read -r go"));
+    /// assert!(argv[2].starts_with("IFS= read -r _kgo"));
     /// assert!(marks_its_end(&argv));
     /// ```
     pub fn gated_start_argv(&self, prelude: &str, script: Script<'_>) -> Vec<String> {
@@ -114,7 +114,9 @@ impl StepFiles {
             "-c".into(),
             // `second` is the start's alone: a step variable of that name
             // reaches this exec's environment too.
-            format!("d=$0; o=$1; e=$2; key=$3; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked 0"),
+            format!(
+                "_kd=$0; o=$1; e=$2; _kkey=$3; second=\n{STREAMS}\n{BEGIN}\n{FOLLOW}\nmarked 0"
+            ),
             self.prefix.clone(),
             from.stdout.to_string(),
             from.stderr.to_string(),

@@ -3,8 +3,18 @@
 //! step cost), the gate of a start opened ahead, and the follow that sends
 //! the recorded output on after a cut.
 
-/// The start of a step. `$0` is the files' prefix, `$1` the script (or its
-/// file), `$2` the key its end marks carry ([`end_key`](super::end_key)).
+/// What a start's own exec (`sh -c TEXT PREFIX SCRIPT KEY`) begins with:
+/// the files' prefix and the key from its arguments. A step channel runs
+/// the rest of the text in a subshell that sets them itself.
+pub(super) const HEAD: &str = "_kd=$0; _kkey=$2\n";
+
+/// The start of a step, after [`HEAD`] (or what a channel's subshell sets
+/// in its place): `$_kd` is the files' prefix, `$1` the script (or its
+/// file), `$_kkey` the key its end marks carry ([`end_key`](super::end_key)).
+///
+/// Every variable it sets before the step's shell starts is named `_k…`:
+/// one the environment or the step already exported (`d`, `key`) would
+/// reach the step with the start's value.
 ///
 /// The step writes into two pipes; a `tee` on each sends its stream on
 /// to the exec (through a `dd` that joins tee's small writes into reads
@@ -35,6 +45,11 @@
 /// priority: reniced too, it took a fifth to a quarter off a loud step's
 /// throughput.
 ///
+/// The sampler waits with `usleep` where the image has it: busybox runs
+/// it in the forked shell, where its `sleep` is an exec of itself (0.2 ms
+/// against 0.8 ms in a busybox container), and a step of `true` ends
+/// before the first sample.
+///
 /// The supervisor's own output goes nowhere: only the `dd`s hold the
 /// exec's streams, so nothing else dies of a write to a stream that broke.
 ///
@@ -50,65 +65,64 @@
 /// runner takes it for a cut and follows: the follow counts the lost
 /// bytes, and the runner checks the status. Its own exit code is never
 /// taken for the step's.
-pub(super) const START: &str = r#"d=$0; key=$2
-STREAMS
-old=; for f in "${d%/*}"/stepio-*; do case "$f" in "$d".*|*'*') ;; *) old="$old $f";; esac; done
-if ! mkfifo "$d.o" "$d.e" 2>/dev/null; then
-  [ -p "$d.o" ] || { echo "knotless: cannot make the step's pipes in ${d%/*}" >&4; exit 125; }
+pub(super) const START: &str = r#"STREAMS
+_kold=; for _kf in "${_kd%/*}"/stepio-*; do case "$_kf" in "$_kd".*|*'*') ;; *) _kold="$_kold $_kf";; esac; done
+if ! mkfifo "$_kd.o" "$_kd.e" 2>/dev/null; then
+  [ -p "$_kd.o" ] || { echo "knotless: cannot make the step's pipes in ${_kd%/*}" >&4; exit 125; }
   BEGIN
   second=1
   FOLLOW
-  s=; u=; { read -r s u < "$d.status"; } 2>/dev/null
+  s=; u=; { read -r s u < "$_kd.status"; } 2>/dev/null
   case "$s" in ''|*[!0-9]*|????*) exit 125;; esac
   [ "$s" -le 255 ] || exit 125
   case "$u" in *[![:digit:][:blank:]]*) u=;; esac; [ "${#u}" -le USAGE_MAX ] || u=
   marked "$s" "$u"
   exit "$s"
 fi
-pidline() { pid_=${1%% *}; set -f; set -- ${1##*) }; set +f; echo "$pid_ ${20}"; }
+pidline() { _kpid_=${1%% *}; set -f; set -- ${1##*) }; set +f; echo "$_kpid_ ${20}"; }
 record() {
   [ -z "$3" ] || rm -f $3
   i=0
   while :; do
-    r=$(LC_ALL=C dd bs=1048576 count=8 iflag=fullblock of="$d.$1.$i" 2>&1)
+    r=$(LC_ALL=C dd bs=1048576 count=8 iflag=fullblock of="$_kd.$1.$i" 2>&1)
     case "$r" in "8+0 records in"*) ;; *) return 0;; esac
     if [ "$i" = 0 ]; then
       read -r me _ < /proc/self/stat && renice -n 19 -p "$me" > /dev/null 2>&1
       for p in /proc/[0-9]*; do { [ "$p/fd/5" -ef /proc/self/fd/0 ] && ! [ "$p/fd/0" -ef "$2" ]; } 2>/dev/null && renice -n 19 -p "${p#/proc/}" > /dev/null 2>&1; done
     fi
-    if [ "$i" -ge 9 ] && [ $((i % 2)) = 1 ]; then rm -f "$d.$1.$((i - 9))" "$d.$1.$((i - 8))"; fi
+    if [ "$i" -ge 9 ] && [ $((i % 2)) = 1 ]; then rm -f "$_kd.$1.$((i - 9))" "$_kd.$1.$((i - 8))"; fi
     i=$((i + 1))
   done
 }
 (
-  l=; { read -r l < /proc/self/stat; } 2>/dev/null; pidline "$l" > "$d.pid"
+  _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pidline "$_kl" > "$_kd.pid"
   BEGIN
-  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$d.o" "$old" 3>&- 4>&- &
-  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$d.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$d.e" '' 3>&- 4>&- &
-  oom=0; for f in OOM_COUNTERS; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" != oom_kill ] || [ "$v" -le "$oom" ] 2>/dev/null || oom=$v; done < "$f"; done; [ "$oom" = 0 ] || echo "$oom" > "$d.oom"
-  p0=; { read -r p0 < /sys/fs/cgroup/memory.peak || read -r p0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
-  r=$(exec 9>&1 > "$d.o" 2> "$d.e" < /dev/null 3>&- 4>&-
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
+  _koom=0; for _kf in OOM_COUNTERS; do [ -r "$_kf" ] || continue; while read -r _kk _kv; do [ "$_kk" != oom_kill ] || [ "$_kv" -le "$_koom" ] 2>/dev/null || _koom=$_kv; done < "$_kf"; done; [ "$_koom" = 0 ] || echo "$_koom" > "$_kd.oom"
+  _kp0=; { read -r _kp0 < /sys/fs/cgroup/memory.peak || read -r _kp0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
+  r=$(exec 9>&1 > "$_kd.o" 2> "$_kd.e" < /dev/null 3>&- 4>&-
     { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :
     PRELUDEsh FLAGS "$1" 9>&- &
     c=$!; exec > /dev/null 2>&1
-    l=; { read -r l < /proc/self/stat; } 2>/dev/null; pp=${l%% *}
-    ( unset IFS; t=" $c "; h=0; w=0.01
-      me() { l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l; up=$2; }
+    _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pp=${_kl%% *}
+    ( unset IFS; t=" $c "; h=0; w=0.01; z=10000; command -v usleep > /dev/null 2>&1 || z=
+      me() { _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; _kl=${_kl##*) }; set -- $_kl; up=$2; }
       while :; do
-        sleep $w 9>&- || { [ "$w" = 1 ] && exit 0; w=1; continue; }
+        if [ -n "$z" ]; then usleep $z 9>&- || z=; else sleep $w 9>&- || { [ "$w" = 1 ] && exit 0; w=1; continue; }; fi
         me; [ "$up" = "$pp" ] || exit 0
         for q in /proc/[0-9]*; do
-          l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
-          case "$t" in *" ${q#/proc/} "*) ;; *" $2 "*) t="$t${q#/proc/} ";; *) { [ "$q/fd/1" -ef "$d.o" ] || [ "$q/fd/2" -ef "$d.e" ]; } 2>/dev/null || continue;; esac
-          v=; { while read -r k v _; do [ "$k" = VmHWM: ] && break; done < "$q/status"; } 2>/dev/null
-          case "$v" in ''|*[!0-9]*) ;; *) [ "$v" -le "$h" ] || { h=$v; echo "p $h" >&9; };; esac
+          _kl=; { read -r _kl < "$q/stat"; } 2>/dev/null || continue; _kl=${_kl##*) }; set -- $_kl
+          case "$t" in *" ${q#/proc/} "*) ;; *" $2 "*) t="$t${q#/proc/} ";; *) { [ "$q/fd/1" -ef "$_kd.o" ] || [ "$q/fd/2" -ef "$_kd.e" ]; } 2>/dev/null || continue;; esac
+          _kv=; { while read -r _kk _kv _; do [ "$_kk" = VmHWM: ] && break; done < "$q/status"; } 2>/dev/null
+          case "$_kv" in ''|*[!0-9]*) ;; *) [ "$_kv" -le "$h" ] || { h=$_kv; echo "p $h" >&9; };; esac
         done
-        case $w in 0.01) w=0.05;; 0.05) w=0.1;; 0.1) w=0.2;; 0.2) w=0.5;; *) w=1;; esac
+        case $w in 0.01) w=0.05 z=${z:+50000};; 0.05) w=0.1 z=${z:+100000};; 0.1) w=0.2 z=${z:+200000};; 0.2) w=0.5 z=${z:+500000};; *) w=1 z=${z:+1000000};; esac
       done ) &
     m=$!
     wait $c; s=$?
     kill -9 "$m" 2>/dev/null
-    set -f; unset IFS; l=; { read -r l < /proc/self/stat; } 2>/dev/null; l=${l##*) }; set -- $l
+    set -f; unset IFS; _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; _kl=${_kl##*) }; set -- $_kl
     lim=; { read -r lim < /sys/fs/cgroup/memory.max || read -r lim < /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null
     p1=; { read -r p1 < /sys/fs/cgroup/memory.peak || read -r p1 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
     case "$lim" in ''|*[!0-9]*) lim=0;; esac
@@ -119,13 +133,13 @@ record() {
   u=; pk=0; u1=; u2=; u3=; u4=; n=; ran=; set -f
   for w in $r; do case "$n" in p) pk=$w; n=;; u1) u1=$w; n=u2;; u2) u2=$w; n=u3;; u3) u3=$w; n=u4;; u4) u4=$w; n=;; *) case "$w" in p) n=p;; u) n=u1; ran=1;; *) n=;; esac;; esac; done
   [ -n "$ran" ] || exit 125
-  case "$p0" in ''|*[!0-9]*) u4=0;; esac
-  case "$u4" in ''|*[!0-9]*) u4=0;; *) [ "$u4" -gt "$p0" ] 2>/dev/null || u4=0;; esac
+  case "$_kp0" in ''|*[!0-9]*) u4=0;; esac
+  case "$u4" in ''|*[!0-9]*) u4=0;; *) [ "$u4" -gt "$_kp0" ] 2>/dev/null || u4=0;; esac
   set +f; case "$u1$u2$pk$u3" in *[!0-9]*) ;; *) [ -z "$u3" ] || u="$u1 $u2 $pk $u3 $u4";; esac
   [ "${#u}" -le USAGE_MAX ] || u=
-  held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$d.o" ] || [ "$p/fd/2" -ef "$d.e" ]; } 2>/dev/null && held=1; done
+  held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$_kd.o" ] || [ "$p/fd/2" -ef "$_kd.e" ]; } 2>/dev/null && held=1; done
   [ -n "$held" ] || wait
-  echo "$s $u" > "$d.status"
+  echo "$s $u" > "$_kd.status"
   [ -n "$held" ] || marked "$s" "$u"
   exit "$s"
 ) &
@@ -138,18 +152,18 @@ pub const GATE_OPEN: &[u8] = b"go\n";
 /// The gate of a start opened ahead: nothing happens before the line
 /// `go`, and the exec's stdin is let go of once it came (the step's own
 /// is `/dev/null`).
-pub(super) const GATE: &str = r#"IFS= read -r go || exit 0
-[ "$go" = go ] || exit 0
+pub(super) const GATE: &str = r#"IFS= read -r _kgo || exit 0
+[ "$_kgo" = go ] || exit 0
 exec 0</dev/null"#;
 
 /// What a start and a follow do first: keep the exec's streams as fds 3
 /// and 4, and send the shell's own words (a fork that failed, a tool
 /// that is missing) nowhere. Only the step's output, and the marks, go
 /// to the exec: `marked STATUS` ends both streams with the end mark
-/// ([`end_mark`](super::end_mark), with the exec's `$key`), SIGPIPE ignored from then on
+/// ([`end_mark`](super::end_mark), with the exec's `$_kkey`), SIGPIPE ignored from then on
 /// (nothing follows the marks but the exit).
 pub(super) const STREAMS: &str = r#"exec 3>&1 4>&2 >/dev/null 2>&1
-marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s%s\n' "$1" "$key" "${2:+ $2}" >&3; printf '\000knotless-step-end %03d %s%s\n' "$1" "$key" "${2:+ $2}" >&4; }"#;
+marked() { trap '' PIPE; printf '\000knotless-step-end %03d %s%s\n' "$1" "$_kkey" "${2:+ $2}" >&3; printf '\000knotless-step-end %03d %s%s\n' "$1" "$_kkey" "${2:+ $2}" >&4; }"#;
 
 /// Begins both streams with [`BEGIN_MARK`](super::BEGIN_MARK): only bytes after it are
 /// counted as the step's. An engine that could not start the exec writes
@@ -179,28 +193,28 @@ end() { [ -n "$second" ] || marked "$1"; exit "$1"; }
 size() { n=$({ wc -c < "$1"; } 2>/dev/null) && echo $((n)) || echo -1; }
 send() {
   while :; do
-    k=$((x / C)); f="$d.$1.$k"; n=$(size "$f")
+    _kk=$((x / C)); _kf="$_kd.$1.$_kk"; n=$(size "$_kf")
     if [ "$n" -lt 0 ]; then
-      for g in "$d.$1".[0-9]*; do [ -e "$g" ] && [ "${g##*.}" -gt "$k" ] 2>/dev/null && end "$2"; done
+      for g in "$_kd.$1".[0-9]*; do [ -e "$g" ] && [ "${g##*.}" -gt "$_kk" ] 2>/dev/null && end "$2"; done
       return 0
     fi
-    r=$((x - k * C))
+    r=$((x - _kk * C))
     if [ "$n" -gt "$r" ]; then
-      tail -c +$((r + 1)) "$f" 2>/dev/null | head -c $((n - r))
-      [ -e "$f" ] || end 6
-      x=$((k * C + n))
+      tail -c +$((r + 1)) "$_kf" 2>/dev/null | head -c $((n - r))
+      [ -e "$_kf" ] || end 6
+      x=$((_kk * C + n))
     fi
     [ "$n" -ge "$C" ] || return 0
   done
 }
 while :; do
-  if [ -s "$d.status" ]; then last=1; else last=; fi
+  if [ -s "$_kd.status" ]; then last=1; else last=; fi
   x=$o; send out 4 >&3; o=$x
   x=$e; send err 5 >&4; e=$x
   [ -n "$last" ] && break
-  p=; { read -r p _ < "$d.pid"; } 2>/dev/null
-  case "$p" in ''|*[!0-9]*) [ -s "$d.status" ] || end 3; continue;; esac
-  kill -0 "$p" 2>/dev/null || [ -s "$d.status" ] || end 3
+  p=; { read -r p _ < "$_kd.pid"; } 2>/dev/null
+  case "$p" in ''|*[!0-9]*) [ -s "$_kd.status" ] || end 3; continue;; esac
+  kill -0 "$p" 2>/dev/null || [ -s "$_kd.status" ] || end 3
   sleep 0.2 2>/dev/null || sleep 1
 done"#;
 

@@ -413,7 +413,7 @@ async fn a_step_goes_through_the_channel_with_its_folder_and_variables() {
     log.flush(std::time::Duration::from_secs(5)).await;
     let sent = String::from_utf8(sent.lock().unwrap().clone()).unwrap();
     assert!(
-        sent.contains("cd -- '/work' && SECRET='v' 'sh' '-c' "),
+        sent.contains("\n(cd -- '/work' || exit 125\nexport SECRET='v'\n_kd='/.knotless/stepio-"),
         "{sent}"
     );
     assert_eq!(

@@ -43,9 +43,7 @@ pub async fn answer_as_channel(
         let Some(line) = command.strip_suffix("\n#knotless-end") else {
             return Ok(());
         };
-        let key = line
-            .rsplit_once("' '")
-            .map_or("", |(_, last)| last.trim_end_matches('\''));
+        let key = super::message_key(line);
         let marks = [
             crate::detached::BEGIN_MARK,
             &crate::detached::end_mark(key, status),

@@ -219,11 +219,11 @@ async fn a_channel_cut_mid_step_is_followed_and_the_step_runs_once() {
 async fn a_message_cut_short_or_not_a_message_runs_nothing() {
     for shell in shells() {
         for sent in [
-            "100\n'sh' '-c' 'echo ran'".to_string(),
-            "x\n'sh' '-c' 'echo ran'\n#knotless-end".to_string(),
+            "100\n: 0a\n(echo ran)".to_string(),
+            "x\n: 0a\n(echo ran)\n#knotless-end".to_string(),
             format!(
-                "{}\n'sh' '-c' 'echo ran' 'k'\n#knotless-nd",
-                "'sh' '-c' 'echo ran' 'k'\n#knotless-nd".len()
+                "{}\n: 0a\n(echo ran)\n#knotless-nd",
+                ": 0a\n(echo ran)\n#knotless-nd".len()
             ),
         ] {
             let mut argv = channel_argv();

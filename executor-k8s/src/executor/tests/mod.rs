@@ -110,7 +110,7 @@ async fn channel_start(
         head.extend(command);
         return Err(head);
     };
-    let key = line.rsplit_once("' '").unwrap().1.trim_end_matches('\'');
+    let key = executor_container::detached::message_key(line);
     Ok((key.to_string(), line.to_string()))
 }
 

@@ -153,6 +153,50 @@ pub async fn variables_reach_steps(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 }
 
+/// Variables named as the runner's own scripts in the environment name
+/// theirs (the step's files, its key, the channel's message) reach the
+/// step as set, whether the run or the step sets them: what starts a
+/// step must not change the variables it hands on.
+pub async fn variables_named_like_the_runners_own_reach_steps(backend: &dyn Backend) {
+    const NAMES: [&str; 16] = [
+        "d", "key", "go", "old", "f", "pid_", "l", "oom", "k", "v", "p0", "n", "c", "s", "u",
+        "second",
+    ];
+    let fx = Fixture::new("env-names");
+    let mut spec = fx.spec(backend, "env-names");
+    let mut step = Step::new(
+        "names",
+        // Each name's value, or `-` where it is unset.
+        NAMES
+            .iter()
+            .map(|name| format!("printf '{name}=%s\\n' \"${{{name}--}}\""))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    for (i, name) in NAMES.iter().enumerate() {
+        if i % 2 == 0 {
+            spec = spec.env(*name, &format!("run-{name}"));
+        } else {
+            step = step.env(*name, &format!("step-{name}"));
+        }
+    }
+    spec = spec
+        .step(step)
+        .step(Step::new("again", "printf 'again d=%s\\n' \"${d--}\""));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    for (i, name) in NAMES.iter().enumerate() {
+        let side = if i % 2 == 0 { "run" } else { "step" };
+        assert!(
+            text.contains(&format!("\n{name}={side}-{name}\n")),
+            "{name}: {text}"
+        );
+    }
+    assert!(text.contains("\nagain d=run-d\n"), "{text}");
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
 /// A step cannot settle a later step's result: it makes, in the folder
 /// its own script lives in (the runner's state folder on container
 /// backends), every file a later step's start could trust under the ids
