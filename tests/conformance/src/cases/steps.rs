@@ -175,9 +175,9 @@ pub async fn variables_named_like_the_runners_own_reach_steps(backend: &dyn Back
     );
     for (i, name) in NAMES.iter().enumerate() {
         if i % 2 == 0 {
-            spec = spec.env(*name, &format!("run-{name}"));
+            spec = spec.env(*name, format!("run-{name}"));
         } else {
-            step = step.env(*name, &format!("step-{name}"));
+            step = step.env(*name, format!("step-{name}"));
         }
     }
     spec = spec
