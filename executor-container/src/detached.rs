@@ -67,7 +67,7 @@ use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
 pub use channel::{
     answer_as_channel, answer_as_dry_channel, channel_argv, is_variable_name, message_key,
-    ChannelExec, ChannelIo, StepChannel, StepChannels, CHANNEL,
+    variables_prelude, ChannelExec, ChannelIo, StepChannel, StepChannels, CHANNEL,
 };
 pub use end_mark::{end_key, end_mark};
 use end_mark::{EndMarked, Ends};

@@ -140,14 +140,13 @@ impl StepChannel {
 
     /// The start `argv` (a gated start's, from
     /// [`StepFiles::gated_start_argv`](super::StepFiles::gated_start_argv),
-    /// or a plain one), to be released through this channel, with `env`
-    /// set for it alone and in `working_dir`, as an exec of its own would
-    /// have them. `None` when a variable's name is not one a shell can
-    /// set: that step needs an exec of its own.
+    /// or a plain one), to be released through this channel in
+    /// `working_dir`, as an exec of its own would run it. The step's
+    /// variables go in the start's prelude, which sets them for the step's
+    /// shell alone. `None` for an argv that is not a start's.
     pub fn start(
         self: &Arc<Self>,
         argv: Vec<String>,
-        env: &[(String, String)],
         working_dir: Option<&str>,
     ) -> Option<Box<dyn GatedStart>> {
         let argv = ungated(&argv);
@@ -161,12 +160,6 @@ impl StepChannel {
             // A folder it cannot enter starts nothing: no begin mark, so
             // the start is taken for a cut and made on its own exec.
             command.push_str(&format!("cd -- {} || exit 125\n", quote(dir)));
-        }
-        for (name, value) in env {
-            if !is_variable_name(name) {
-                return None;
-            }
-            command.push_str(&format!("export {name}={}\n", quote(value)));
         }
         command.push_str(&format!(
             "_kd={}; _kkey={key}; set -- {} {key}\n{body}\n)",
@@ -255,8 +248,34 @@ pub fn message_key(command: &str) -> &str {
     })
 }
 
+/// The prelude ([`StepFiles::start_argv`](super::StepFiles::start_argv))
+/// that exports `env` for the step's shell, and the variables it leaves
+/// out, whose names a shell cannot set: those need an exec's own
+/// settings.
+///
+/// ```
+/// use executor_container::detached::variables_prelude;
+/// let env = [("A".to_string(), "it's".to_string()), ("a-b".to_string(), "x".to_string())];
+/// let (prelude, left) = variables_prelude(&env);
+/// assert_eq!(prelude, "export A='it'\\''s'; ");
+/// assert_eq!(left, [("a-b".to_string(), "x".to_string())]);
+/// ```
+pub fn variables_prelude(env: &[(String, String)]) -> (String, Vec<(String, String)>) {
+    let mut prelude = String::new();
+    let mut left = Vec::new();
+    for (name, value) in env {
+        if is_variable_name(name) {
+            prelude.push_str(&format!("export {name}={}; ", quote(value)));
+        } else {
+            left.push((name.clone(), value.clone()));
+        }
+    }
+    (prelude, left)
+}
+
 /// Whether `name` is a variable name a shell can set: a step whose
-/// variables all are can start through a channel.
+/// variables all are can have them set in its start's prelude
+/// ([`variables_prelude`]) and start through a channel.
 ///
 /// ```
 /// use executor_container::detached::is_variable_name;

@@ -103,7 +103,7 @@ record() {
   _kp0=; { read -r _kp0 < /sys/fs/cgroup/memory.peak || read -r _kp0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
   r=$(exec 9>&1 > "$_kd.o" 2> "$_kd.e" < /dev/null 3>&- 4>&-
     { echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null || :
-    PRELUDEsh FLAGS "$1" 9>&- &
+    (PRELUDEexec sh FLAGS "$1") 9>&- &
     c=$!; exec > /dev/null 2>&1
     _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pp=${_kl%% *}
     ( unset IFS; t=" $c "; h=0; w=0.01; z=10000; command -v usleep > /dev/null 2>&1 || z=

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use executor_container::container::{gated_start_argv, StepStart};
-use executor_container::detached::{ExecEnd, GatedStart, GATE_OPEN};
+use executor_container::detached::{variables_prelude, ExecEnd, GatedStart, GATE_OPEN};
 use executor_core::{ExecutorError, StepCommand};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -40,12 +40,18 @@ impl DockerExecutor {
             if self.ahead.has(id, next) {
                 continue;
             }
+            // Its own variables, not the step's before it.
+            let (prelude, env) = variables_prelude(&next.env);
+            let start = StepStart {
+                prelude: &prelude,
+                ..start
+            };
             let Ok(argv) = gated_start_argv(next, start) else {
                 continue;
             };
             let exec = ExecSpec {
                 cmd: argv.clone(),
-                env: next.env.clone(),
+                env,
                 working_dir: working_dir.to_string(),
                 user: self.user_of(id),
                 stdin: true,

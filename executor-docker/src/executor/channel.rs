@@ -46,10 +46,10 @@ impl DockerExecutor {
         // is followed; one whose variables a shell cannot set gets an exec
         // of its own, opened ahead.
         let through_channel = match step.follow_from {
-            None if self.through_channel => {
+            None if self.through_channel && shell_names_only(step) => {
                 let argv = gated_start_argv(step, start)?;
                 self.step_channel(id, working_dir)
-                    .start(argv.clone(), &step.env, Some(working_dir))
+                    .start(argv.clone(), Some(working_dir))
                     .map(|gate| Prepared { gate, argv })
             }
             _ => None,
@@ -58,17 +58,19 @@ impl DockerExecutor {
             Some(prepared) => Some(prepared),
             None => self.ahead.take(id, step).await,
         };
-        if !self.through_channel
-            || step.upcoming.iter().any(|next| {
-                next.env
-                    .iter()
-                    .any(|(name, _)| !executor_container::detached::is_variable_name(name))
-            })
-        {
+        if !self.through_channel || !step.upcoming.iter().all(shell_names_only) {
             self.open_ahead(id, working_dir, step, start);
         }
         Ok(prepared)
     }
+}
+
+/// Whether every variable of `step` has a name a shell can set: its start
+/// then sets them all, and can go through the channel.
+fn shell_names_only(step: &StepCommand) -> bool {
+    step.env
+        .iter()
+        .all(|(name, _)| executor_container::detached::is_variable_name(name))
 }
 
 /// Opens a channel's exec in one container, as its steps' user.

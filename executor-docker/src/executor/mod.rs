@@ -10,6 +10,7 @@ use executor_container::container::compressing::Compressing;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart, STATE_DIR,
 };
+use executor_container::detached::variables_prelude;
 use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
 use executor_core::tar::{pack_dir, pack_folders, PackedFolder, UnpackLimits, UnpackSummary};
 use executor_core::{
@@ -237,15 +238,18 @@ impl Executor for DockerExecutor {
         let id = run.id.as_str();
         // A script the run was not started with goes in the command line.
         let scripts = self.live().get(id).cloned().unwrap_or_default();
+        // The step's variables are set for its shell alone, by its start;
+        // only a name a shell cannot set needs the exec's own settings.
+        let (prelude, exec_env) = variables_prelude(&step.env);
         let channel = execs::StepChannel {
             executor: self,
             id,
-            env: step.env.clone(),
+            env: exec_env,
             working_dir: run.work_dir.clone(),
         };
         let start = StepStart {
             scripts: &scripts,
-            prelude: "",
+            prelude: &prelude,
             reconnect: self.options.reconnect_timeout,
         };
         if self.has_services(id) {

@@ -284,7 +284,7 @@ impl Executor for K8sExecutor {
                 let argv = executor_container::container::gated_start_argv(step, start)?;
                 // The variables and the folder are the prelude's.
                 self.step_channel(&live.pod)
-                    .start(argv.clone(), &[], None)
+                    .start(argv.clone(), None)
                     .map(|gate| executor_container::container::Prepared { gate, argv })
             }
             Some(_) => None,

@@ -122,7 +122,7 @@ async fn through(
         exec,
         &files,
         &start,
-        Some(channel.start(start.clone(), &[], None).unwrap()),
+        Some(channel.start(start.clone(), None).unwrap()),
         &log,
         &CancellationToken::new(),
         FOLLOW_NOW,

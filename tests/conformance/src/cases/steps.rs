@@ -156,7 +156,8 @@ pub async fn variables_reach_steps(backend: &dyn Backend) {
 /// Variables named as the runner's own scripts in the environment name
 /// theirs (the step's files, its key, the channel's message) reach the
 /// step as set, whether the run or the step sets them: what starts a
-/// step must not change the variables it hands on.
+/// step must not change the variables it hands on, nor take on a step's
+/// (an `IFS` that splits a pid).
 pub async fn variables_named_like_the_runners_own_reach_steps(backend: &dyn Backend) {
     const NAMES: [&str; 16] = [
         "d", "key", "go", "old", "f", "pid_", "l", "oom", "k", "v", "p0", "n", "c", "s", "u",
@@ -182,10 +183,15 @@ pub async fn variables_named_like_the_runners_own_reach_steps(backend: &dyn Back
     }
     spec = spec
         .step(step)
-        .step(Step::new("again", "printf 'again d=%s\\n' \"${d--}\""));
+        .step(Step::new("again", "printf 'again d=%s\\n' \"${d--}\""))
+        // A separator that splits numbers (a pid, a status) is the step's
+        // alone: what waits for the step still reads its status.
+        .step(Step::new("ifs", "echo ifs-ran; exit 3").env("IFS", "0123456789"));
     let (result, log) = run_to_end(backend, &spec).await;
     let text = log.text();
-    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert_eq!(result.status, RunStatus::Failed, "{text}");
+    assert_eq!(result.steps[2].exit_code, Some(3), "{text}");
+    assert!(text.contains("\nifs-ran\n"), "{text}");
     for (i, name) in NAMES.iter().enumerate() {
         let side = if i % 2 == 0 { "run" } else { "step" };
         assert!(
