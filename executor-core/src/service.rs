@@ -161,6 +161,69 @@ pub async fn naming_stopped(
     }
 }
 
+/// What one look at a service that is not ready yet found
+/// ([`until_ready`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Look {
+    /// Its check passed, or it has none and runs.
+    Ready,
+    /// It ended: why, as its failure names it (`exited 1 before it was
+    /// ready`).
+    Ended(String),
+    /// Not yet: what its check said.
+    NotYet(String),
+}
+
+/// Looks at a service with `look` until it is ready (`Ok(None)`), it
+/// ended, or `limit` passed (`Ok(Some(why))`, naming what the last check
+/// said). Nothing tells when a port opens, so it looks again, less often
+/// the longer it takes: after 20 ms, doubling to one second.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use executor_core::service::{until_ready, Look};
+/// let mut looks = 0;
+/// let ready = until_ready(Duration::from_secs(5), || {
+///     looks += 1;
+///     let look = if looks < 3 { Look::NotYet("exited 1".into()) } else { Look::Ready };
+///     async move { Ok(look) }
+/// })
+/// .await;
+/// assert_eq!(ready.unwrap(), None);
+/// let never = until_ready(Duration::ZERO, || async { Ok(Look::NotYet("exited 1".into())) }).await;
+/// assert_eq!(never.unwrap().unwrap(), "not ready within 0ns (exited 1)");
+/// # }
+/// ```
+///
+/// # Errors
+/// The first error `look` returns.
+pub async fn until_ready<F, Fut>(
+    limit: Duration,
+    mut look: F,
+) -> Result<Option<String>, crate::ExecutorError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Look, crate::ExecutorError>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match look().await? {
+            Look::Ready => return Ok(None),
+            Look::Ended(why) => return Ok(Some(why)),
+            Look::NotYet(last) => {
+                if tokio::time::Instant::now() + pause > deadline {
+                    return Ok(Some(format!("not ready within {limit:?} ({last})")));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 /// The shell test, with only `sh`'s own builtins, that something listens
 /// on TCP `port` in the namespace it runs in: a `LISTEN` (state `0A`) row
 /// for the port in `/proc/net/tcp` or `/proc/net/tcp6`.

@@ -3,7 +3,7 @@
 //! before the first step.
 
 use super::*;
-use executor_core::service::{listening_probe, SERVICE_TAIL_LINES};
+use executor_core::service::{listening_probe, until_ready, Look, SERVICE_TAIL_LINES};
 use executor_core::{FailureKind, Readiness, Service};
 
 /// A service container's label: the service's name.
@@ -143,49 +143,41 @@ impl DockerExecutor {
         limit: Duration,
         log: &RunLog,
     ) -> Result<(), ExecutorError> {
-        let deadline = tokio::time::Instant::now() + limit;
-        let mut pause = Duration::from_millis(20);
-        let mut last_check = String::new();
-        loop {
-            let state = self.engine.inspect(&running.id).await?;
-            if !state.running {
-                let how = state
-                    .exit_code
-                    .map_or_else(|| "stopped".to_string(), |c| format!("exited {c}"));
-                return Err(self
-                    .service_failed(running, &format!("{how} before it was ready"))
-                    .await);
-            }
-            let checked = match &service.ready {
-                None => Ok((0, String::new())),
-                Some(check) => self.check_ready(&running.id, check).await,
-            };
-            let ready = match checked {
-                Ok((0, _)) => true,
-                Ok((code, said)) => {
-                    last_check = format!("its check exited {code}: {}", said.trim());
-                    false
-                }
-                // It may have ended between the look and the check: the
-                // engine refuses an exec in a container that stopped.
-                Err(err) => match self.engine.inspect(&running.id).await {
-                    Ok(state) if !state.running => continue,
-                    _ => return Err(err),
-                },
-            };
-            if ready {
+        match until_ready(limit, || self.look(running, service)).await? {
+            None => {
                 log.line(&format!("service {}: ready", running.name));
-                return Ok(());
+                Ok(())
             }
-            if tokio::time::Instant::now() + pause > deadline {
-                let why = format!("not ready within {limit:?} ({last_check})");
-                return Err(self.service_failed(running, &why).await);
-            }
-            // The engine tells nothing when a port opens: asked again,
-            // less often the longer it takes, until the deadline.
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+            Some(why) => Err(self.service_failed(running, &why).await),
         }
+    }
+
+    /// One look at a service not ready yet: whether it still runs, then
+    /// its check.
+    async fn look(&self, running: &Running, service: &Service) -> Result<Look, ExecutorError> {
+        let ended = |state: crate::engine::ContainerState| {
+            let how = state
+                .exit_code
+                .map_or_else(|| "stopped".to_string(), |c| format!("exited {c}"));
+            Look::Ended(format!("{how} before it was ready"))
+        };
+        let state = self.engine.inspect(&running.id).await?;
+        if !state.running {
+            return Ok(ended(state));
+        }
+        let Some(check) = &service.ready else {
+            return Ok(Look::Ready);
+        };
+        Ok(match self.check_ready(&running.id, check).await {
+            Ok((0, _)) => Look::Ready,
+            Ok((code, said)) => Look::NotYet(format!("its check exited {code}: {}", said.trim())),
+            // It may have ended between the look and the check: the
+            // engine refuses an exec in a container that stopped.
+            Err(err) => match self.engine.inspect(&running.id).await {
+                Ok(state) if !state.running => ended(state),
+                _ => return Err(err),
+            },
+        })
     }
 
     /// Runs `check` in the service's container: its exit code and its

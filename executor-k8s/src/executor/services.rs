@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use executor_core::service::{listening_probe, SERVICE_TAIL_LINES};
+use executor_core::service::{listening_probe, until_ready, Look, SERVICE_TAIL_LINES};
 use executor_core::{ExecutorError, FailureKind, Readiness, RunLog, RunSpec, Service};
 use tokio_util::sync::CancellationToken;
 
@@ -39,52 +39,41 @@ impl K8sExecutor {
         limit: Duration,
         log: &RunLog,
     ) -> Result<(), ExecutorError> {
-        let deadline = tokio::time::Instant::now() + limit;
-        let mut pause = Duration::from_millis(20);
-        let mut last_check = String::new();
-        loop {
-            if let Some(fate) = self
-                .cluster
-                .get_pod(pod)
-                .await?
-                .as_ref()
-                .and_then(service_fate)
-                .filter(|f| f.service.as_deref() == Some(service.name.as_str()))
-            {
-                let why = format!("{} before it was ready", fate.message);
-                return Err(self.service_failed(pod, &service.name, &why).await);
-            }
-            let checked = match &service.ready {
-                None => Ok((0, String::new())),
-                Some(check) => self.check_ready(pod, service, check).await,
-            };
-            let ready = match checked {
-                Ok((0, _)) => true,
-                Ok((code, said)) => {
-                    last_check = format!("its check exited {code}: {}", said.trim());
-                    false
-                }
-                // It may have ended between the look and the check: the
-                // next look at the pod says so.
-                Err(err) if err.kind() != FailureKind::Unreachable => {
-                    last_check = format!("its check failed: {err}");
-                    false
-                }
-                Err(err) => return Err(err),
-            };
-            if ready {
+        match until_ready(limit, || self.look(pod, service)).await? {
+            None => {
                 log.line(&format!("service {}: ready", service.name));
-                return Ok(());
+                Ok(())
             }
-            if tokio::time::Instant::now() + pause > deadline {
-                let why = format!("not ready within {limit:?} ({last_check})");
-                return Err(self.service_failed(pod, &service.name, &why).await);
-            }
-            // Nothing tells when a port opens: asked again, less often the
-            // longer it takes, until the deadline.
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+            Some(why) => Err(self.service_failed(pod, &service.name, &why).await),
         }
+    }
+
+    /// One look at a service not ready yet: its container's fate in the
+    /// pod, then its check.
+    async fn look(&self, pod: &str, service: &Service) -> Result<Look, ExecutorError> {
+        if let Some(fate) = self
+            .cluster
+            .get_pod(pod)
+            .await?
+            .as_ref()
+            .and_then(service_fate)
+            .filter(|f| f.service.as_deref() == Some(service.name.as_str()))
+        {
+            return Ok(Look::Ended(format!("{} before it was ready", fate.message)));
+        }
+        let Some(check) = &service.ready else {
+            return Ok(Look::Ready);
+        };
+        Ok(match self.check_ready(pod, service, check).await {
+            Ok((0, _)) => Look::Ready,
+            Ok((code, said)) => Look::NotYet(format!("its check exited {code}: {}", said.trim())),
+            // It may have ended between the look and the check: the
+            // next look at the pod says so.
+            Err(err) if err.kind() != FailureKind::Unreachable => {
+                Look::NotYet(format!("its check failed: {err}"))
+            }
+            Err(err) => return Err(err),
+        })
     }
 
     /// Runs `check`: a port's listener is read in the step container,
