@@ -57,6 +57,49 @@ impl Compression {
     }
 }
 
+/// How many times [`least_round_trip`] asks at most.
+pub const ROUND_TRIP_SAMPLES: usize = 3;
+
+/// The least of up to [`ROUND_TRIP_SAMPLES`] round trips that `sample`
+/// times one after another, stopping at the first under
+/// [`AUTO_ROUND_TRIP`]: one answer slowed by a busy machine (a loopback
+/// engine answering in 3 ms while a run starts beside it) must not make
+/// every transfer of the run pay for compression. A link's least round
+/// trip is its delay; a loopback engine answers under it at once. Zero
+/// (no round trip known) when no sample was timed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use executor_core::tar::least_round_trip;
+/// let ms = Duration::from_millis;
+/// let mut answers = vec![Some(ms(1)), Some(ms(5))];
+/// assert_eq!(least_round_trip(|| { let a = answers.pop().flatten(); async move { a } }).await, ms(1));
+/// let mut link = vec![Some(ms(51)), Some(ms(50)), Some(ms(52)), Some(ms(1))];
+/// assert_eq!(least_round_trip(|| { let a = link.pop().flatten(); async move { a } }).await, ms(1));
+/// assert_eq!(least_round_trip(|| async { None }).await, Duration::ZERO);
+/// # }
+/// ```
+pub async fn least_round_trip<F, Fut>(mut sample: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<Duration>>,
+{
+    let mut least: Option<Duration> = None;
+    for _ in 0..ROUND_TRIP_SAMPLES {
+        let Some(round_trip) = sample().await else {
+            continue;
+        };
+        let smaller = least.map_or(round_trip, |l| l.min(round_trip));
+        least = Some(smaller);
+        if smaller < AUTO_ROUND_TRIP {
+            break;
+        }
+    }
+    least.unwrap_or_default()
+}
+
 impl std::str::FromStr for Compression {
     type Err = String;
 

@@ -11,7 +11,7 @@ mod pack;
 mod unpack;
 
 pub use audit::links_leaving;
-pub use compress::{gunzip, Compression, AUTO_ROUND_TRIP};
+pub use compress::{gunzip, least_round_trip, Compression, AUTO_ROUND_TRIP, ROUND_TRIP_SAMPLES};
 
 pub use pack::{pack_contents, pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{

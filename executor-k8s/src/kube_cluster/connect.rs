@@ -159,18 +159,22 @@ pub(crate) struct Reached {
     round_trip: std::time::Duration,
 }
 
-/// One version call, on a connection an earlier call left open: the
-/// link's round trip, which decides whether copies in are compressed.
-/// Zero when the call failed.
+/// Version calls, on a connection an earlier call left open: the link's
+/// round trip (the least of a few,
+/// [`least_round_trip`](executor_core::tar::least_round_trip)), which
+/// decides whether copies in are compressed. Zero when none was answered.
 async fn time_round_trip(client: Client, server: String) -> std::time::Duration {
-    let asked = std::time::Instant::now();
-    let round_trip = match client.apiserver_version().await {
-        Ok(_) => asked.elapsed(),
-        Err(err) => {
-            tracing::debug!(%err, "timing the API server's round trip failed");
-            std::time::Duration::ZERO
+    let round_trip = executor_core::tar::least_round_trip(|| async {
+        let asked = std::time::Instant::now();
+        match client.apiserver_version().await {
+            Ok(_) => Some(asked.elapsed()),
+            Err(err) => {
+                tracing::debug!(%err, "timing the API server's round trip failed");
+                None
+            }
         }
-    };
+    })
+    .await;
     tracing::debug!(?round_trip, %server, "the API server's round trip");
     round_trip
 }
