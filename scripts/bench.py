@@ -140,17 +140,20 @@ class Bench:
             (sub / f"f{i}.txt").write_bytes(os.urandom(1024))
         return d
 
-    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,), env=None, binary=None):
+    def runner(self, executor, steps, workdir, extra=(), first_step=False, ok_codes=(0,), env=None, binary=None, tag=""):
         """One runner-cli run: seconds, peak RSS, seconds to the first step's start.
         `env` replaces the engine's environment (a link's, from `through`);
-        `binary` is another runner-cli (an earlier commit's)."""
-        out = self.tmp / "out"
+        `binary` is another runner-cli (an earlier commit's); `tag` names a
+        run of its own (its name, outputs, result and log), for runs at once:
+        one run name is one run, which a second runner may not take over."""
+        suffix = f"-{tag}" if tag else ""
+        out = self.tmp / f"out{suffix}"
         shutil.rmtree(out, ignore_errors=True)
         env = env or (self.env_v4 if executor == "k8s-v4" else self.env)
         executor = "k8s" if executor == "k8s-v4" else executor
-        cmd = [str(binary or self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", "bench", "--runner", "did:plc:bench",
+        cmd = [str(binary or self.bin_dir / "runner-cli"), "run", "--executor", executor, "--name", f"bench{suffix}", "--runner", "did:plc:bench",
                "--workdir", str(workdir), "--steps-file", str(steps), "--outputs", str(out),
-               "--result", str(self.tmp / "result.json"), "--log", "-" if first_step else str(self.tmp / "run.log"), "--no-cleanup",
+               "--result", str(self.tmp / f"result{suffix}.json"), "--log", "-" if first_step else str(self.tmp / f"run{suffix}.log"), "--no-cleanup",
                # The log rows measure every byte written, past the default limit.
                "--log-limit", "none", *extra]
         if executor != "shell":
@@ -903,7 +906,7 @@ spec:
 
         def one(i):
             try:
-                results[i] = self.runner("k8s", steps, empty)
+                results[i] = self.runner("k8s", steps, empty, tag=str(i))
             except Exception as e:  # noqa: BLE001 - reported in the row
                 results[i] = e
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -915,7 +918,9 @@ spec:
         wall = time.perf_counter() - t
         ok = [r for r in results if isinstance(r, tuple)]
         rss = statistics.median(r[1] for r in ok) if ok else 0
-        self.row(f"concurrency: {n} runs at once", "k8s (test cluster)", f"{len(ok)}/{n} succeeded in {wall:.1f} s", "—", f"{int(rss) >> 20} MiB per run (median peak RSS)", "all succeed", len(ok) == n)
+        failed = [str(r) for r in results if not isinstance(r, tuple)]
+        self.row(f"concurrency: {n} runs at once", "k8s (test cluster)", f"{len(ok)}/{n} succeeded in {wall:.1f} s", "—", f"{int(rss) >> 20} MiB per run (median peak RSS)", "all succeed", len(ok) == n,
+                 f"first failure: {failed[0][:300]}" if failed else "")
 
     def cache(self):
         files = 80 if self.quick else 8000
