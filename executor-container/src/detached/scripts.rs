@@ -27,9 +27,6 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2\n";
 /// stream are kept. Pieces soon removed seldom reach the disk at all, so
 /// a loud step is not held to the disk's speed. A piece `dd` could not
 /// fill (its count, in the words POSIX gives it) is the stream's last.
-/// The `tee` and its `dd` ignore SIGPIPE: when the exec's stream breaks,
-/// the `dd` ends at its failed write and the `tee` goes on recording
-/// (one shell for the pair, not one more for the `tee`: a fork a stream).
 ///
 /// Every file made or removed on the state folder's disk costs far more
 /// than a process start (0.3 to 0.7 ms on an ext4 volume, against 0.2 ms
@@ -100,8 +97,8 @@ record() {
 (
   _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pidline "$_kl" > "$_kd.pid"
   BEGIN
-  { trap '' PIPE; tee -a /proc/self/fd/5 < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
-  { trap '' PIPE; tee -a /proc/self/fd/5 < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
+  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
   _koom=0; for _kf in OOM_COUNTERS; do [ -r "$_kf" ] || continue; while read -r _kk _kv; do [ "$_kk" != oom_kill ] || [ "$_kv" -le "$_koom" ] 2>/dev/null || _koom=$_kv; done < "$_kf"; done; [ "$_koom" = 0 ] || echo "$_koom" > "$_kd.oom"
   _kp0=; { read -r _kp0 < /sys/fs/cgroup/memory.peak || read -r _kp0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
   r=$(exec 9>&1 > "$_kd.o" 2> "$_kd.e" < /dev/null 3>&- 4>&-
