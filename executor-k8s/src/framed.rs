@@ -29,7 +29,9 @@ pub const UNFRAME: &str = "while read -r n && [ \"$n\" -gt 0 ]; do \
 /// frame while this one is read and sent: filling (reading the files) and
 /// sending overlap as they do on v5, where no frame is needed.
 pub struct Framed {
-    frames: tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    /// Frames with their length lines, and whether each is the last (the
+    /// end mark's, which the last data frame carries at its end).
+    frames: tokio::sync::mpsc::Receiver<io::Result<(Vec<u8>, bool)>>,
     filler: tokio::task::JoinHandle<()>,
     /// The frame being handed out (length line and body) and how much of it is out.
     current: Vec<u8>,
@@ -74,12 +76,16 @@ impl Drop for Framed {
     }
 }
 
-/// Reads `inner` into frames, each with its length line in front; the last
-/// is the end mark. An error is passed on and ends the frames, so a failed
-/// source never reaches the end mark.
+/// Reads `inner` into frames, each with its length line in front; the
+/// last data frame carries the end mark after it, in one piece: sent
+/// apart, the mark is a second small write, which Nagle's algorithm on
+/// the runner's connection holds until the server's delayed ACK of the
+/// first (40 ms on Linux), and every copy in on v4 waited for it. An
+/// error is passed on and ends the frames, so a failed source never
+/// reaches the end mark.
 async fn fill(
     mut inner: impl AsyncRead + Unpin,
-    tx: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>,
+    tx: tokio::sync::mpsc::Sender<io::Result<(Vec<u8>, bool)>>,
     least: usize,
 ) {
     use tokio::io::AsyncReadExt;
@@ -87,30 +93,35 @@ async fn fill(
         let mut frame = Vec::with_capacity(FRAME + 16);
         // Full frames, but one of at least `least` bytes goes once
         // nothing is queued: the sender would otherwise wait for it.
+        // The frame's length, and whether the source ended with it.
         let read = loop {
             let mut body = (&mut inner).take((FRAME - frame.len()) as u64);
             match body.read_buf(&mut frame).await {
-                Ok(0) => break Ok(frame.len()),
-                Ok(_) if frame.len() >= FRAME => break Ok(frame.len()),
+                Ok(0) => break Ok((frame.len(), true)),
+                Ok(_) if frame.len() >= FRAME => break Ok((frame.len(), false)),
                 Ok(_) if frame.len() >= least && tx.capacity() == tx.max_capacity() => {
-                    break Ok(frame.len())
+                    break Ok((frame.len(), false))
                 }
                 Ok(_) => {}
                 Err(err) => break Err(err),
             }
         };
-        let got = match read {
-            Ok(got) => got,
+        let (got, last) = match read {
+            Ok(read) => read,
             Err(err) => {
                 let _ = tx.send(Err(err)).await;
                 return;
             }
         };
-        let mut out = format!("{got}\n").into_bytes();
+        let mut out = Vec::with_capacity(got + 24);
         if got > 0 {
+            out.extend_from_slice(format!("{got}\n").as_bytes());
             out.append(&mut frame);
         }
-        if tx.send(Ok(out)).await.is_err() || got == 0 {
+        if last {
+            out.extend_from_slice(END);
+        }
+        if tx.send(Ok((out, last))).await.is_err() || last {
             return;
         }
     }
@@ -128,8 +139,8 @@ impl AsyncRead for Framed {
                 return Poll::Ready(Ok(()));
             }
             match ready!(this.frames.poll_recv(cx)) {
-                Some(Ok(frame)) => {
-                    this.done = frame == END;
+                Some(Ok((frame, last))) => {
+                    this.done = last;
                     this.current = frame;
                     this.sent = 0;
                 }
@@ -187,6 +198,18 @@ mod tests {
             assert_eq!(unframe(&framed), data, "size {size}");
             assert!(framed.ends_with(b"0\n"));
         }
+    }
+
+    /// A short stream, a checkout of an empty folder, goes in one read
+    /// with its end mark: two writes in a row would wait for the
+    /// server's delayed ACK.
+    #[tokio::test]
+    async fn the_last_frame_and_the_end_mark_are_one_piece() {
+        let mut framed = Framed::new(std::io::Cursor::new(b"abc".to_vec()));
+        let mut buf = vec![0u8; 1 << 16];
+        let n = framed.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"3\nabc0\n");
+        assert_eq!(framed.read(&mut buf).await.unwrap(), 0);
     }
 
     #[tokio::test]
