@@ -19,10 +19,12 @@
 //! channel is used again only after a step whose both end marks came
 //! through it, and is dropped after anything else.
 //!
-//! A message is the start's text, run in a subshell of the channel's
-//! shell that sets what the start's own exec took from its arguments:
-//! a fork, not the exec of a new shell (0.8 ms a step in a busybox
-//! container). Its first line names the key of the start's end marks,
+//! A message is what is the step's own in the start's text (its shell's
+//! flags and prelude), run in a subshell of the channel's shell that sets
+//! what the start's own exec took from its arguments and calls the rest,
+//! defined once when the channel opens: a fork, not the exec of a new
+//! shell (0.8 ms a step in a busybox container), and a few hundred bytes
+//! to read and parse, not 6 KB (0.2 ms). Its first line names the key of the start's end marks,
 //! its length goes before it and a last line after it, so a message cut
 //! short is never run. After each start the channel's shell writes a done notice
 //! on stdout; it ends a step whose supervisor left a process holding its
@@ -36,6 +38,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::files::start_body;
 use super::scripts::HEAD;
 use super::{ungated, ExecEnd, GatedStart};
 
@@ -99,14 +102,23 @@ pub trait ChannelExec: Send + Sync {
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError>;
 }
 
-/// The argv of the channel's exec: [`CHANNEL`] under `sh -c`.
+/// The argv of the channel's exec: [`CHANNEL`] under `sh -c`, after the
+/// start every step's message runs (`_kstart`), defined once: each message
+/// then carries only what is the step's own, a few hundred bytes where the
+/// whole start is 6 KB, and the channel's shell parses the start once.
 ///
 /// ```
 /// use executor_container::detached::{channel_argv, CHANNEL};
-/// assert_eq!(channel_argv(), ["sh", "-c", CHANNEL]);
+/// let argv = channel_argv();
+/// assert_eq!(argv[..2], ["sh", "-c"]);
+/// assert!(argv[2].starts_with("_kstart() {") && argv[2].ends_with(CHANNEL));
 /// ```
 pub fn channel_argv() -> Vec<String> {
-    vec!["sh".into(), "-c".into(), CHANNEL.into()]
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("_kstart() {{\n{}\n}}\n{CHANNEL}", start_body()),
+    ]
 }
 
 /// The channel of one environment; see the module docs.
@@ -154,7 +166,8 @@ impl StepChannel {
         let [_, _, text, prefix, script, _] = argv.as_slice() else {
             return None;
         };
-        let body = text.strip_prefix(HEAD)?;
+        // What is the step's own: its shell's flags and its prelude.
+        let own = text.strip_prefix(HEAD)?.strip_suffix(&start_body())?;
         let mut command = format!(": {key}\n(");
         if let Some(dir) = working_dir {
             // A folder it cannot enter starts nothing: no begin mark, so
@@ -162,7 +175,7 @@ impl StepChannel {
             command.push_str(&format!("cd -- {} || exit 125\n", quote(dir)));
         }
         command.push_str(&format!(
-            "_kd={}; _kkey={key}; set -- {} {key}\n{body}\n)",
+            "_kd={}; _kkey={key}; set -- {} {key}\n{own}_kstart \"$@\"\n)",
             quote(prefix),
             quote(script),
         ));

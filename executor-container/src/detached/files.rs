@@ -3,7 +3,7 @@
 
 use super::scripts::{BEGIN, FOLLOW, GATE, HEAD, START, STREAMS};
 use executor_core::events::OutputStream;
-use executor_core::script::Script;
+use executor_core::script::{quote, Script};
 use executor_core::usage::StepUsage;
 use executor_core::ExecutorError;
 
@@ -27,6 +27,19 @@ pub use executor_core::Offsets;
 /// starts; [`crate::container::oom`] reads them after.
 pub const OOM_COUNTERS: &str =
     "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control";
+
+/// What every start runs after [`HEAD`] and its own variables (`_kfl`,
+/// the step shell's flags, and `_kpre`, its prelude): the same text for
+/// every step, so a channel defines it once ([`super::channel_argv`]).
+pub(super) fn start_body() -> String {
+    let follow = format!("o=0; e=0\n{FOLLOW}");
+    START
+        .replace("STREAMS", STREAMS)
+        .replace("BEGIN", BEGIN)
+        .replace("FOLLOW", &follow)
+        .replace("OOM_COUNTERS", OOM_COUNTERS)
+        .replace("USAGE_MAX", &executor_core::usage::MARKED_MAX.to_string())
+}
 
 impl StepFiles {
     /// The files of the step `id` (unique within the run) in `state_dir`.
@@ -64,20 +77,14 @@ impl StepFiles {
             Script::Inline(text) => ("-ec", text),
             Script::File(path) => ("-e", path),
         };
-        let follow = format!("o=0; e=0\n{FOLLOW}");
-        let body = START
-            .replace("STREAMS", STREAMS)
-            .replace("BEGIN", BEGIN)
-            .replace("FOLLOW", &follow)
-            .replace("FLAGS", flags)
-            .replace("OOM_COUNTERS", OOM_COUNTERS)
-            .replace("USAGE_MAX", &executor_core::usage::MARKED_MAX.to_string())
-            // Last: the prelude names the step's variables (`CFLAGS`).
-            .replace("PRELUDE", prelude);
         vec![
             "sh".into(),
             "-c".into(),
-            format!("{HEAD}{body}"),
+            format!(
+                "{HEAD}_kfl={flags}; _kpre={}\n{}",
+                quote(prelude),
+                start_body()
+            ),
             self.prefix.clone(),
             arg.into(),
             executor_core::labels::random_hex(16),
@@ -93,7 +100,7 @@ impl StepFiles {
     ///
     /// ```
     /// use executor_container::detached::{StepFiles, marks_its_end};
-    /// use executor_core::script::Script;
+    /// use executor_core::script::{quote, Script};
     /// let files = StepFiles::new("/.knotless", "a1s1-00");
     /// let argv = files.gated_start_argv("", Script::File("/.knotless/step-ab.sh"));
     /// assert!(argv[2].starts_with("IFS= read -r _kgo"));
@@ -238,7 +245,7 @@ pub fn parse_status_line(text: &str) -> Option<(i32, Option<StepUsage>)> {
 ///
 /// ```
 /// use executor_container::detached::{marks_its_end, Offsets, StepFiles};
-/// use executor_core::script::Script;
+/// use executor_core::script::{quote, Script};
 /// let files = StepFiles::new("/.knotless", "a1s0");
 /// assert!(marks_its_end(&files.start_argv("", Script::Inline("true"))));
 /// assert!(marks_its_end(&files.follow_argv(Offsets::default())));

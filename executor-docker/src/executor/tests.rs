@@ -185,7 +185,7 @@ async fn step_with_oom_counter(code: i64, oom_kills: u64) -> Result<CommandOutco
         assert_eq!(exec.cmd[..2], ["sh".to_string(), "-c".to_string()]);
         // The step's variables are its shell's alone, set by its start.
         assert!(exec.env.is_empty(), "{:?}", exec.env);
-        assert!(exec.cmd[2].contains("(export SECRET='v'; exec sh -ec"));
+        assert!(exec.cmd[2].contains("\n_kfl=-ec; _kpre='export SECRET='\\''v'\\''; '\n"));
         Ok(exec_id("exec-1", exec))
     });
     mock.expect_exec_start().returning(move |id| {
@@ -416,7 +416,7 @@ async fn a_step_goes_through_the_channel_with_its_folder_and_variables() {
     let sent = String::from_utf8(sent.lock().unwrap().clone()).unwrap();
     assert!(
         sent.contains("\n(cd -- '/work' || exit 125\n_kd='/.knotless/stepio-")
-            && sent.contains("(export SECRET='v'; exec sh -ec"),
+            && sent.contains("\n_kfl=-ec; _kpre='export SECRET='\\''v'\\''; '\n_kstart \"$@\"\n"),
         "{sent}"
     );
     assert_eq!(
