@@ -42,12 +42,12 @@ async fn a_step_cannot_hold_more_processes_than_the_pids_limit() {
 /// What a step leaves behind once the step has ended: a filler that
 /// forks sleepers until the container has no pid left, so that nothing
 /// the runner starts can fork. Its own death frees one pid, which each
-/// try of the runner's takes and gives back. It waits for the next
-/// step's start, opened ahead at its gate, to hold its pid first: one
-/// opened while the container fills would take or leave a pid by chance.
+/// try of the runner's takes and gives back. The step channel the step
+/// came through holds its pid from before the step (a start opened ahead
+/// at its gate did once, and the filler waited for it by a pattern its
+/// own command line matched).
 const FILL_AFTER_THE_END: &str =
-    "( until grep -qs 'read -r go' /proc/[0-9]*/cmdline; do sleep 0.01; done; \
-     until [ -n \"$(cat /.knotless/stepio-*.status 2>/dev/null)\" ]; do sleep 0.01; done; \
+    "( until [ -n \"$(cat /.knotless/stepio-*.status 2>/dev/null)\" ]; do sleep 0.01; done; \
      while :; do sleep 600 & done ) & echo filling; echo to-the-end >&2; exit 3";
 
 #[cfg_attr(

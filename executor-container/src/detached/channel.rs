@@ -125,6 +125,12 @@ pub fn channel_argv() -> Vec<String> {
 pub struct StepChannel {
     exec: Arc<dyn ChannelExec>,
     state: Mutex<State>,
+    /// Channels whose stdout a step's leftover process holds, kept open
+    /// and drained until [`StepChannel::close`]: an exec ended while a
+    /// process holds its streams keeps an engine waiting on them (Docker
+    /// held the container's next exec for 4 s), and a leftover writing
+    /// into a closed stream could die of it.
+    lingering: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 enum State {
@@ -138,7 +144,24 @@ impl StepChannel {
         Arc::new(StepChannel {
             exec,
             state: Mutex::new(State::Closed),
+            lingering: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Keeps `io`, a channel a step's leftover process holds, open and
+    /// drained until [`StepChannel::close`] (or until the leftover lets
+    /// its streams end).
+    fn linger(&self, mut io: ChannelIo) {
+        let drained = tokio::spawn(async move {
+            let (mut out, mut err) = (tokio::io::sink(), tokio::io::sink());
+            let _ = tokio::join!(
+                tokio::io::copy(&mut io.stdout, &mut out),
+                tokio::io::copy(&mut io.stderr, &mut err)
+            );
+        });
+        let mut lingering = self.lingering.lock().unwrap_or_else(|p| p.into_inner());
+        lingering.retain(|task| !task.is_finished());
+        lingering.push(drained);
     }
 
     /// Closes the channel unless a step is using it: its shell reads the
@@ -147,6 +170,11 @@ impl StepChannel {
     pub fn close(&self) {
         if let Ok(mut state) = self.state.try_lock() {
             *state = State::Closed;
+        }
+        let lingering =
+            std::mem::take(&mut *self.lingering.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in lingering {
+            task.abort();
         }
     }
 
@@ -195,6 +223,12 @@ impl StepChannel {
                 .await
                 .map_err(|e| e.to_string()),
         }
+    }
+}
+
+impl Drop for StepChannel {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -345,8 +379,11 @@ impl GatedStart for ChannelStart {
                 // The start ended without its marks (a process it left
                 // holds its output): as an exec whose process ended. The
                 // channel's stdout is still that process's: it is not used
-                // again.
-                Some(code) if !out.marked => return Ok(ExecEnd::Exited(code)),
+                // again, nor ended while the step's run goes on.
+                Some(code) if !out.marked => {
+                    self.channel.linger(io);
+                    return Ok(ExecEnd::Exited(code));
+                }
                 // Both marks were written before the notice: stderr's is
                 // on its way.
                 _ => {}

@@ -60,36 +60,49 @@ impl Compression {
 /// How many times [`least_round_trip`] asks at most.
 pub const ROUND_TRIP_SAMPLES: usize = 3;
 
-/// The least of up to [`ROUND_TRIP_SAMPLES`] round trips that `sample`
-/// times one after another, stopping at the first under
+/// The least of up to [`ROUND_TRIP_SAMPLES`] round trips of `call`,
+/// timed one after another, stopping at the first under
 /// [`AUTO_ROUND_TRIP`]: one answer slowed by a busy machine (a loopback
 /// engine answering in 3 ms while a run starts beside it) must not make
 /// every transfer of the run pay for compression. A link's least round
-/// trip is its delay; a loopback engine answers under it at once. Zero
-/// (no round trip known) when no sample was timed.
+/// trip is its delay; a loopback engine answers under it at once. A call
+/// that fails is logged (`what` names it) and not counted; zero (no round
+/// trip known) when none was answered.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use std::time::Duration;
 /// use executor_core::tar::least_round_trip;
 /// let ms = Duration::from_millis;
-/// let mut answers = vec![Some(ms(1)), Some(ms(5))];
-/// assert_eq!(least_round_trip(|| { let a = answers.pop().flatten(); async move { a } }).await, ms(1));
-/// let mut link = vec![Some(ms(51)), Some(ms(50)), Some(ms(52)), Some(ms(1))];
-/// assert_eq!(least_round_trip(|| { let a = link.pop().flatten(); async move { a } }).await, ms(1));
-/// assert_eq!(least_round_trip(|| async { None }).await, Duration::ZERO);
+/// // A link: every answer takes its 50 ms, so all three are asked.
+/// let mut asked = 0;
+/// let link = least_round_trip("a ping", || {
+///     asked += 1;
+///     async { tokio::time::sleep(ms(50)).await; Ok::<_, std::io::Error>(()) }
+/// })
+/// .await;
+/// assert_eq!((link, asked), (ms(50), 3));
+/// // Nothing answered: no round trip known.
+/// let none = least_round_trip("a ping", || async { Err::<(), _>("refused") }).await;
+/// assert_eq!(none, Duration::ZERO);
 /// # }
 /// ```
-pub async fn least_round_trip<F, Fut>(mut sample: F) -> Duration
+pub async fn least_round_trip<F, Fut, T, E>(what: &str, mut call: F) -> Duration
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<Duration>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
 {
     let mut least: Option<Duration> = None;
     for _ in 0..ROUND_TRIP_SAMPLES {
-        let Some(round_trip) = sample().await else {
-            continue;
+        let asked = tokio::time::Instant::now();
+        let round_trip = match call().await {
+            Ok(_) => asked.elapsed(),
+            Err(err) => {
+                tracing::debug!(%err, "timing the round trip of {what} failed");
+                continue;
+            }
         };
         let smaller = least.map_or(round_trip, |l| l.min(round_trip));
         least = Some(smaller);
@@ -97,7 +110,9 @@ where
             break;
         }
     }
-    least.unwrap_or_default()
+    let least = least.unwrap_or_default();
+    tracing::debug!(round_trip = ?least, "the round trip of {what}");
+    least
 }
 
 impl std::str::FromStr for Compression {

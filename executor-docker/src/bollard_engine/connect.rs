@@ -104,19 +104,7 @@ impl BollardEngine {
     pub(crate) fn timing(&self) -> tokio::task::JoinHandle<std::time::Duration> {
         let docker = self.docker.clone();
         tokio::spawn(async move {
-            let round_trip = executor_core::tar::least_round_trip(|| async {
-                let pinged = std::time::Instant::now();
-                match docker.ping().await {
-                    Ok(_) => Some(pinged.elapsed()),
-                    Err(err) => {
-                        tracing::debug!(%err, "timing the engine's round trip failed");
-                        None
-                    }
-                }
-            })
-            .await;
-            tracing::debug!(?round_trip, "the engine's round trip");
-            round_trip
+            executor_core::tar::least_round_trip("the engine's /_ping", || docker.ping()).await
         })
     }
 

@@ -164,19 +164,8 @@ pub(crate) struct Reached {
 /// [`least_round_trip`](executor_core::tar::least_round_trip)), which
 /// decides whether copies in are compressed. Zero when none was answered.
 async fn time_round_trip(client: Client, server: String) -> std::time::Duration {
-    let round_trip = executor_core::tar::least_round_trip(|| async {
-        let asked = std::time::Instant::now();
-        match client.apiserver_version().await {
-            Ok(_) => Some(asked.elapsed()),
-            Err(err) => {
-                tracing::debug!(%err, "timing the API server's round trip failed");
-                None
-            }
-        }
-    })
-    .await;
-    tracing::debug!(?round_trip, %server, "the API server's round trip");
-    round_trip
+    let what = format!("{server}'s version call");
+    executor_core::tar::least_round_trip(&what, || client.apiserver_version()).await
 }
 
 /// The server's `(major, minor)` from its version answer; a managed

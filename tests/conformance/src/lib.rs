@@ -190,6 +190,11 @@ macro_rules! conformance_tests {
             a_killed_runner_is_resumed_with_the_right_result);
         $crate::conformance_tests!(@needing $make; $attrs; [$($lose)?];
             retry_recovers_from_a_lost_environment);
+        // Known to fail now and then on the container backends: see the
+        // case's docs.
+        $crate::conformance_tests!(@cases $make;
+            [#[ignore = "known loss on containers: a held step's last bytes in flight (the case's docs)"]];
+            a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote);
     };
     (@needing $make:path; $attrs:tt; []; $($case:ident),*) => {
         $crate::conformance_tests!(@cases $make; $attrs; $($case),*);

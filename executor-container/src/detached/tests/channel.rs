@@ -15,6 +15,51 @@ struct HostChannel {
     shell: Vec<String>,
     cuts: Mutex<VecDeque<Option<u64>>>,
     opens: AtomicUsize,
+    /// Each open's stdin: told when the runner let go of it.
+    stdins: Mutex<Vec<Arc<tokio::sync::Notify>>>,
+}
+
+impl HostChannel {
+    /// Whether the `n`th open's stdin was let go of, waiting up to
+    /// `within` for it.
+    async fn let_go(&self, n: usize, within: Duration) -> bool {
+        let gone = self.stdins.lock().unwrap_or_else(|p| p.into_inner())[n].clone();
+        tokio::time::timeout(within, gone.notified()).await.is_ok()
+    }
+}
+
+/// A channel's stdin that says when it is dropped.
+struct Watched<W> {
+    inner: W,
+    dropped: Arc<tokio::sync::Notify>,
+}
+
+impl<W> Drop for Watched<W> {
+    fn drop(&mut self) {
+        self.dropped.notify_one();
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 impl HostChannel {
@@ -23,6 +68,7 @@ impl HostChannel {
             shell: shell.iter().map(|s| s.to_string()).collect(),
             cuts: Mutex::new(cuts.iter().copied().collect()),
             opens: AtomicUsize::new(0),
+            stdins: Mutex::new(Vec::new()),
         })
     }
 }
@@ -52,8 +98,16 @@ impl ChannelExec for HostChannel {
             child.stderr.take().unwrap(),
         );
         let child = Arc::new(Mutex::new(child));
+        let dropped = Arc::new(tokio::sync::Notify::new());
+        self.stdins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(dropped.clone());
         Ok(ChannelIo {
-            stdin: Box::new(stdin),
+            stdin: Box::new(Watched {
+                inner: stdin,
+                dropped,
+            }),
             stdout: Box::new(CutAfter {
                 inner: stdout,
                 left: cut,
@@ -181,6 +235,18 @@ async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets
         assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
         assert_eq!(out, "next\n", "{shell:?}: {text}");
         assert_eq!(host.opens.load(Ordering::SeqCst), 2, "{shell:?}");
+        // The held channel stays open until the channel is closed: ended
+        // while its streams are held, an engine waits on them (Docker
+        // held the container's next exec for 4 s).
+        assert!(
+            !host.let_go(0, Duration::ZERO).await,
+            "{shell:?}: the held channel was ended"
+        );
+        channel.close();
+        assert!(
+            host.let_go(0, Duration::from_secs(10)).await,
+            "{shell:?}: the held channel outlived close"
+        );
     }
 }
 

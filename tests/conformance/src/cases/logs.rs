@@ -53,6 +53,47 @@ pub async fn logs_stream_while_step_runs(backend: &dyn Backend) {
     assert_nothing_left(backend, &fx.runner).await;
 }
 
+/// A step that leaves a process holding its output (a server started in
+/// the background, without its own redirections) has ended when its
+/// shell has: with its own code, and with every byte it wrote before it
+/// ended in the log. What it wrote last is on its way through the
+/// environment's pipes when its shell ends; several such steps make a
+/// lost last line likely where one is lost at all.
+///
+/// Ignored in every backend's suite for now (run it with `--ignored`):
+/// on the container backends a held step's last bytes can still be in
+/// the wrapper's `tee` when the channel says the step ended, and the
+/// follow that reads how it ended finds them not yet in the record (its
+/// `dd` writes whole pieces, and a held stream never ends). Seen on the
+/// v4 test cluster: `out-0-last` missing, the rest there.
+pub async fn a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote(
+    backend: &dyn Backend,
+) {
+    const STEPS: usize = 6;
+    let fx = Fixture::new("leftover");
+    let mut spec = fx.spec(backend, "leftover");
+    for i in 0..STEPS {
+        spec = spec.step(
+            Step::new(
+                format!("leaves{i}"),
+                format!("sleep 7394 & echo out-{i}-last; echo err-{i}-last >&2; exit {i}"),
+            )
+            .continue_on_error(true),
+        );
+    }
+    let spec = spec.step(Step::new("next", "echo next-step-ran"));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    for i in 0..STEPS {
+        assert_eq!(result.steps[i].exit_code, Some(i as i32), "{text}");
+        for line in [format!("out-{i}-last\n"), format!("err-{i}-last\n")] {
+            assert!(text.contains(&line), "{line:?} is not in the log:\n{text}");
+        }
+    }
+    assert!(text.contains("next-step-ran\n"), "{text}");
+    assert_nothing_left(backend, &fx.runner).await;
+}
+
 /// A step printing 200 MB streams it through: every byte arrives, in
 /// pieces, and this process's memory does not grow with it.
 pub async fn large_log_is_streamed(backend: &dyn Backend) {
