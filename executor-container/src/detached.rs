@@ -281,11 +281,24 @@ pub async fn run_step_released(
         };
         if let Some(why) = &why {
             cuts = cuts.saturating_add(1);
-            log.line(&format!(
-                "the step's stream broke ({why}); following it on from byte {} of stdout and {} of stderr (cut {cuts})",
-                from.stdout, from.stderr
-            ));
-            tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
+            if why == channel::HELD && cuts == 1 {
+                // Not an outage: the step started something that outlives it.
+                log.line(&format!(
+                    "the step ended and left a process holding its output; reading how it ended from the environment (from byte {} of stdout and {} of stderr)",
+                    from.stdout, from.stderr
+                ));
+                tracing::debug!(
+                    stdout = from.stdout,
+                    stderr = from.stderr,
+                    "reading how a held step ended"
+                );
+            } else {
+                log.line(&format!(
+                    "the step's stream broke ({why}); following it on from byte {} of stdout and {} of stderr (cut {cuts})",
+                    from.stdout, from.stderr
+                ));
+                tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
+            }
         }
         // A follow that ends again and again at once, with nothing new
         // through it, is not an outage that ends; one that brings output,

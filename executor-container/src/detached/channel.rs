@@ -66,6 +66,12 @@ pub const CHANNEL: &str = r#"while IFS= read -r _kn; do
   printf '\000knotless-channel-done %03d %s\n' "$_ks" "$_kk"
 done"#;
 
+/// Why a step through the channel ended without its end marks when its
+/// supervisor left a process holding its output: its status is read from
+/// the environment, as after a cut, which [`run_step`](super::run_step)
+/// does not word as one.
+pub(super) const HELD: &str = "it ended and left a process holding its output";
+
 /// What every done notice begins with.
 const DONE: &[u8] = b"\0knotless-channel-done ";
 
@@ -380,9 +386,9 @@ impl GatedStart for ChannelStart {
                 // holds its output): as an exec whose process ended. The
                 // channel's stdout is still that process's: it is not used
                 // again, nor ended while the step's run goes on.
-                Some(code) if !out.marked => {
+                Some(_) if !out.marked => {
                     self.channel.linger(io);
-                    return Ok(ExecEnd::Exited(code));
+                    return Ok(ExecEnd::Cut(HELD.into()));
                 }
                 // Both marks were written before the notice: stderr's is
                 // on its way.

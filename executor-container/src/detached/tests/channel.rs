@@ -231,6 +231,12 @@ async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets
         .await;
         assert_eq!(end, StepEnd::Exited(4), "{shell:?}: {text}");
         assert_eq!(out, "before\n", "{shell:?}: {text}");
+        // Said as what it is, not as an outage.
+        assert!(
+            text.contains("the step ended and left a process holding its output")
+                && !text.contains("stream broke"),
+            "{shell:?}: {text}"
+        );
         let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "next", "echo next").await;
         assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
         assert_eq!(out, "next\n", "{shell:?}: {text}");
