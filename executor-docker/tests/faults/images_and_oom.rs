@@ -122,7 +122,16 @@ async fn oom_kill_is_reported_as_such() {
     assert_eq!(result.status, RunStatus::Failed, "{}", log.text());
     // The step, not the keep-alive, is the OOM killer's choice.
     assert!(log.text().contains("score 1000"), "{}", log.text());
-    assert_eq!(result.steps[1].exit_code, Some(137));
+    // Killed, the step's shell exits 137, unless the kernel, short of
+    // memory, took the step's supervisor too (seen under load in
+    // .ci/run): then there is no code, and the counters still make it the
+    // step's OOM, as the cases below expect too.
+    assert!(
+        matches!(result.steps[1].exit_code, Some(137) | None),
+        "{:?}\n{}",
+        result.steps[1].exit_code,
+        log.text()
+    );
     let error = result.steps[1].error.clone().unwrap_or_default();
     assert!(error.starts_with("OOMKilled"), "{error}");
     assert!(error.contains("32 MiB"), "{error}");
