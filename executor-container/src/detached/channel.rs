@@ -201,7 +201,7 @@ impl StepChannel {
             return None;
         };
         // What is the step's own: its shell's flags and its prelude.
-        let own = text.strip_prefix(HEAD)?.strip_suffix(&start_body())?;
+        let own = text.strip_prefix(HEAD)?.strip_suffix(start_body())?;
         let mut command = format!(": {key}\n(");
         if let Some(dir) = working_dir {
             // A folder it cannot enter starts nothing: no begin mark, so

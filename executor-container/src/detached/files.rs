@@ -30,15 +30,20 @@ pub const OOM_COUNTERS: &str =
 
 /// What every start runs after [`HEAD`] and its own variables (`_kfl`,
 /// the step shell's flags, and `_kpre`, its prelude): the same text for
-/// every step, so a channel defines it once ([`super::channel_argv`]).
-pub(super) fn start_body() -> String {
-    let follow = format!("o=0; e=0\n{FOLLOW}");
-    START
-        .replace("STREAMS", STREAMS)
-        .replace("BEGIN", BEGIN)
-        .replace("FOLLOW", &follow)
-        .replace("OOM_COUNTERS", OOM_COUNTERS)
-        .replace("USAGE_MAX", &executor_core::usage::MARKED_MAX.to_string())
+/// every step, so a channel defines it once ([`super::channel_argv`]),
+/// and made once per process: each step's start and its channel message
+/// both need it.
+pub(super) fn start_body() -> &'static str {
+    static BODY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let follow = format!("o=0; e=0\n{FOLLOW}");
+        START
+            .replace("STREAMS", STREAMS)
+            .replace("BEGIN", BEGIN)
+            .replace("FOLLOW", &follow)
+            .replace("OOM_COUNTERS", OOM_COUNTERS)
+            .replace("USAGE_MAX", &executor_core::usage::MARKED_MAX.to_string())
+    });
+    &BODY
 }
 
 impl StepFiles {
