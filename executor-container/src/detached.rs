@@ -40,7 +40,9 @@
 //!
 //! The scripts are POSIX `sh` with `mkfifo`, `tee`, `dd`, `tail`, `head`,
 //! `wc` and `cat`, and Linux's `/proc`: busybox and coreutils both have
-//! them. Everything in the
+//! them. Where it runs, a channel's starts copy the step's streams with
+//! [`TEE_FILE`], a program of this crate's own, in place of `tee` and a
+//! `dd` (see [`stage_tee`]). Everything in the
 //! state folder is in the step's reach, so the runner treats it as
 //! untrusted: a status is accepted only as a number from 0 to 255, and
 //! the pid the kill reads is checked (see [`executor_core::script::kill_tree`]).
@@ -82,6 +84,7 @@ mod follow;
 mod gated;
 mod marked;
 mod scripts;
+mod tee;
 
 pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles, OOM_COUNTERS};
 use follow::{from_now, gap, killed, paused, reopened, started, status};
@@ -90,6 +93,7 @@ use gated::{ungated, Released};
 use marked::{Counted, Marked};
 use scripts::GATE;
 pub use scripts::{FOLLOW_AGAIN, FOLLOW_GAP_STDERR, FOLLOW_GAP_STDOUT, GATE_OPEN};
+pub use tee::{stage_tee, TEE, TEE_FILE};
 
 /// The exit status `follow_argv`'s command exits with when the step's
 /// supervisor is gone and left no status: nothing more will come.

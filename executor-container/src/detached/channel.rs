@@ -112,6 +112,8 @@ pub trait ChannelExec: Send + Sync {
 /// start every step's message runs (`_kstart`), defined once: each message
 /// then carries only what is the step's own, a few hundred bytes where the
 /// whole start is 6 KB, and the channel's shell parses the start once.
+/// Between them it looks for the stream copier its starts use
+/// ([`TEE_FILE`](super::TEE_FILE) in the state folder), once.
 ///
 /// ```
 /// use executor_container::detached::{channel_argv, CHANNEL};
@@ -123,7 +125,11 @@ pub fn channel_argv() -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
-        format!("_kstart() {{\n{}\n}}\n{CHANNEL}", start_body()),
+        format!(
+            "_kstart() {{\n{}\n}}\n{}\n{CHANNEL}",
+            start_body(),
+            super::tee::probe(crate::container::STATE_DIR)
+        ),
     ]
 }
 

@@ -4,11 +4,12 @@
 //! the recorded output on after a cut.
 
 /// What a start's own exec (`sh -c TEXT PREFIX SCRIPT KEY`) begins with:
-/// the files' prefix and the key from its arguments. Its own variables
-/// follow (the step shell's flags `_kfl`, its prelude `_kpre`), then
-/// [`START`]. A step channel, which defines [`START`] once, runs the
-/// variables in a subshell that sets the rest itself.
-pub(super) const HEAD: &str = "_kd=$0; _kkey=$2\n";
+/// the files' prefix and the key from its arguments, and no stream copier
+/// (`_ktee`, see [`super::tee`]: only a channel has looked for one). Its
+/// own variables follow (the step shell's flags `_kfl`, its prelude
+/// `_kpre`), then [`START`]. A step channel, which defines [`START`] once,
+/// runs the variables in a subshell that sets the rest itself.
+pub(super) const HEAD: &str = "_kd=$0; _kkey=$2; _ktee=\n";
 
 /// The start of a step, after [`HEAD`] and its variables (or what a
 /// channel's subshell sets in their place): `$_kd` is the files' prefix,
@@ -26,12 +27,17 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2\n";
 /// one the environment or the step already exported (`d`, `key`) would
 /// reach the step with the start's value.
 ///
-/// The step writes into two pipes; a `tee` on each sends its stream on
-/// to the exec (through a `dd` that joins tee's small writes into reads
-/// of up to 64 KiB, so a loud step reaches the runner in large pieces,
-/// as it did when it wrote to the exec itself: without it, 512 MiB went
-/// through Docker at 51 MB/s against 78) and, through a pipe
-/// without a name (`/proc/self/fd/5`), into a recorder, which writes it
+/// The step writes into two pipes; a copier on each sends its stream on
+/// to the exec and, through a pipe without a name (fd 5), into a
+/// recorder. The copier is the channel's `knotless-tee` where it found
+/// one that runs (`$_ktee`, [`super::tee`]), which reads the step's pipe
+/// in pieces of up to 64 KiB, and otherwise the image's `tee` (writing to
+/// `/proc/self/fd/5`) through a `dd` that joins tee's small writes into
+/// reads of up to 64 KiB, so a loud step reaches the runner in large
+/// pieces, as it did when it wrote to the exec itself (without it, 512
+/// MiB went through Docker at 51 MB/s against 78). The tee and its `dd`
+/// cost 1.07 ms a stream in a busybox container (the `tee` is an exec of
+/// the whole busybox), `knotless-tee` 0.2 ms. The recorder writes it
 /// in pieces of [`CHUNK`](super::CHUNK) bytes, `PREFIX.out.N` and `PREFIX.err.N` (N
 /// from 0), and removes the oldest so that the last 64 to 80 MiB of each
 /// stream are kept. Pieces soon removed seldom reach the disk at all, so
@@ -44,16 +50,16 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2\n";
 /// and the first piece of each stream. The stdout recorder removes the
 /// steps before, while the step runs.
 ///
-/// A loud stream's recorder and its joining `dd` (what holds fd 5 on
-/// the recorder's pipe, but for the `tee`, which reads the step's pipe)
-/// go to the lowest priority once it starts its second piece (`renice`,
-/// where the image has it; only for a stream past 8 MiB): they yield to
-/// the step, and under load the output gathers in the pipes, so it goes
-/// on in large pieces (a 512 MiB step through `docker exec` cost
-/// dockerd, the shim and the client about a fifth less CPU) while an
-/// idle machine still sends each line at once. The `tee` keeps its
-/// priority: reniced too, it took a fifth to a quarter off a loud step's
-/// throughput.
+/// A loud stream's recorder, and the `tee`'s joining `dd` (what holds
+/// fd 5 on the recorder's pipe, but for the copier, which reads the
+/// step's pipe), go to the lowest priority once it starts its second
+/// piece (`renice`, where the image has it; only for a stream past 8
+/// MiB): they yield to the step, and under load the output gathers in
+/// the pipes, so it goes on in large pieces (a 512 MiB step through
+/// `docker exec` cost dockerd, the shim and the client about a fifth less
+/// CPU) while an idle machine still sends each line at once. The copier
+/// keeps its priority: a reniced `tee` took a fifth to a quarter off a
+/// loud step's throughput.
 ///
 /// The sampler waits with `usleep` where the image has it: busybox runs
 /// it in the forked shell, where its `sleep` is an exec of itself (0.2 ms
@@ -113,8 +119,13 @@ record() {
 (
   _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pidline "$_kl" > "$_kd.pid"
   BEGIN
-  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
-  { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
+  if [ -n "$_ktee" ]; then
+    "$_ktee" < "$_kd.o" 5>&1 >&3 3>&- 4>&- | record out "$_kd.o" "$_kold" 3>&- 4>&- &
+    "$_ktee" < "$_kd.e" 5>&1 >&4 3>&- 4>&- | record err "$_kd.e" '' 3>&- 4>&- &
+  else
+    { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
+    { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
+  fi
   _koom=0; for _kf in OOM_COUNTERS; do [ -r "$_kf" ] || continue; while read -r _kk _kv; do [ "$_kk" != oom_kill ] || [ "$_kv" -le "$_koom" ] 2>/dev/null || _koom=$_kv; done < "$_kf"; done; [ "$_koom" = 0 ] || echo "$_koom" > "$_kd.oom"
   _kp0=; { read -r _kp0 < /sys/fs/cgroup/memory.peak || read -r _kp0 < /sys/fs/cgroup/memory/memory.max_usage_in_bytes; } 2>/dev/null
   r=$(exec 9>&1 > "$_kd.o" 2> "$_kd.e" < /dev/null 3>&- 4>&-

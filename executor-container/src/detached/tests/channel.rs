@@ -10,9 +10,12 @@ use tokio::io::AsyncRead;
 /// Opens the channel's shell on the host with `shell` in place of `sh`;
 /// the stdout of the `n`th open (from 0) is cut after `cuts[n]` bytes,
 /// and its shell killed then, as an engine kills an exec's process when
-/// its client goes away.
+/// its client goes away. Its state folder's copier is staged in `copier`,
+/// so its starts use `knotless-tee` where this build has one (a step's
+/// own exec, [`HostExec`], uses the shell's `tee`).
 struct HostChannel {
     shell: Vec<String>,
+    copier: tempfile::TempDir,
     cuts: Mutex<VecDeque<Option<u64>>>,
     opens: AtomicUsize,
     /// Each open's stdin: told when the runner let go of it.
@@ -64,8 +67,11 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<W> {
 
 impl HostChannel {
     fn new(shell: &[&str], cuts: &[Option<u64>]) -> Arc<Self> {
+        let copier = tempfile::tempdir().unwrap();
+        stage_tee(copier.path()).unwrap();
         Arc::new(HostChannel {
             shell: shell.iter().map(|s| s.to_string()).collect(),
+            copier,
             cuts: Mutex::new(cuts.iter().copied().collect()),
             opens: AtomicUsize::new(0),
             stdins: Mutex::new(Vec::new()),
@@ -78,6 +84,10 @@ impl ChannelExec for HostChannel {
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
         self.opens.fetch_add(1, Ordering::SeqCst);
         let mut argv = argv.to_vec();
+        argv[2] = argv[2].replace(
+            &format!("{}/{TEE_FILE}", crate::container::STATE_DIR),
+            &self.copier.path().join(TEE_FILE).display().to_string(),
+        );
         argv.splice(0..1, self.shell.iter().cloned());
         let mut child = tokio::process::Command::new(&argv[0])
             .args(&argv[1..])

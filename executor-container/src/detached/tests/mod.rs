@@ -14,6 +14,7 @@ mod cuts;
 mod ends;
 mod resume;
 mod status;
+mod tee;
 
 /// Runs argv on the host with `shell` in place of `sh`. Each exec takes
 /// the next cut from `cuts`: after that many bytes of stdout its process

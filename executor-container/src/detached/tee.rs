@@ -1,0 +1,63 @@
+//! `knotless-tee`, the step's stream copier: a program of about 1 KiB
+//! (`helper/tee.rs`, built for x86_64 Linux with no C library) sent into
+//! the state folder with the step scripts, which each step's start runs
+//! on each of its streams in place of the image's `tee` and a joining
+//! `dd`: 0.2 ms a stream where they took 1.07 ms in a busybox container,
+//! where busybox's `tee` is an exec of the whole busybox.
+//!
+//! A channel looks for it once, as it opens ([`PROBE`]): on another
+//! architecture, in a state folder that does not allow execs, in an
+//! environment started before there was one, or where it does not copy
+//! a line as it should, every start of that channel uses the image's
+//! `tee`, as a start on its own exec always does.
+//!
+//! It is in the step's reach as the step scripts are (a step running as
+//! root may replace it), and it sees only what `tee` saw: the step's own
+//! output, never an end mark's key.
+
+use std::path::Path;
+
+use executor_core::ExecutorError;
+
+/// The copier's file name in the state folder.
+pub const TEE_FILE: &str = "knotless-tee";
+
+/// The copier itself; empty where the toolchain that built this crate
+/// could not build it (see `build.rs`).
+pub const TEE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-tee"));
+
+/// What a channel's shell runs as it opens, with the state folder's path
+/// for `DIR`: sets `_ktee` to the copier's path if it is there and runs
+/// here (the machine is x86_64, so the kernel will not hand an ELF of
+/// another machine to the shell as a script, and a line sent through it
+/// comes out whole), and to nothing otherwise.
+const PROBE: &str = r#"_ktee=; case $(uname -m 2>/dev/null) in x86_64) [ "$(echo k | DIR/FILE 5>/dev/null 2>/dev/null)" != k ] || _ktee=DIR/FILE;; esac"#;
+
+/// [`PROBE`] for the state folder `state_dir`.
+pub(super) fn probe(state_dir: &str) -> String {
+    PROBE.replace("DIR", state_dir).replace("FILE", TEE_FILE)
+}
+
+/// Writes the copier into `dir`, a folder staged to be sent in as the
+/// state folder, as an executable file; nothing when this build has none.
+///
+/// ```
+/// use executor_container::detached::{stage_tee, TEE, TEE_FILE};
+/// let dir = tempfile::tempdir().unwrap();
+/// stage_tee(dir.path()).unwrap();
+/// assert_eq!(dir.path().join(TEE_FILE).exists(), !TEE.is_empty());
+/// ```
+///
+/// # Errors
+/// `Io` naming the file when it cannot be written.
+pub fn stage_tee(dir: &Path) -> Result<(), ExecutorError> {
+    if TEE.is_empty() {
+        return Ok(());
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(TEE_FILE);
+    let what = "writing the stream copier";
+    std::fs::write(&path, TEE).map_err(|e| ExecutorError::io(what, &path, e))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| ExecutorError::io(what, &path, e))
+}
