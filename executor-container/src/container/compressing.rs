@@ -9,6 +9,33 @@ use std::time::Duration;
 use executor_core::tar::Compression;
 use tokio::task::JoinHandle;
 
+/// What a compressed copy out runs in the environment (`sh -c
+/// PACK_OUT DIR`): packs `DIR` and compresses it with the image's
+/// `gzip -1` where it has one, exiting with tar's own status (not the
+/// pipe's last, gzip's: POSIX `sh` has no `pipefail`); where it has none
+/// the tar goes as it is. The runner tells which from the stream's first
+/// bytes ([`executor_core::tar::gunzip_if_gzipped`]), so no exec of its
+/// own asks first (one round trip or more over a link). A gzip that
+/// fails leaves a short stream, which the decoder refuses.
+///
+/// ```
+/// use executor_container::container::compressing::PACK_OUT;
+/// let out = std::process::Command::new("sh")
+///     .args(["-c", PACK_OUT, env!("CARGO_MANIFEST_DIR")])
+///     .output()
+///     .unwrap();
+/// assert!(out.status.success());
+/// let has_gzip = std::process::Command::new("sh")
+///     .args(["-c", "command -v gzip"])
+///     .output()
+///     .unwrap()
+///     .status
+///     .success();
+/// assert_eq!(out.stdout.starts_with(&[0x1f, 0x8b]), has_gzip);
+/// ```
+pub const PACK_OUT: &str = r#"command -v gzip > /dev/null 2>&1 || exec tar c -C "$0" .
+{ s=$( { { tar c -C "$0" .; echo $? >&3; } | gzip -1 >&4; } 3>&1 ); } 4>&1; [ "$s" = 0 ]"#;
+
 /// A backend's compression choice; see the module docs.
 ///
 /// ```

@@ -71,8 +71,17 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2; _ktee=\n";
 ///
 /// The step has ended when its shell has: its status is written once the
 /// recorders have all it wrote, unless a process it left behind still
-/// holds its output (`sleep 600 &`), when it is written at once, as an
-/// engine ends an exec whose own process ended. A second start of the
+/// holds its output (`sleep 600 &`). Then, where the copiers are
+/// `knotless-tee`, the supervisor tells them (SIGUSR1) to send on what
+/// their pipes hold, all the step wrote, and let go of the exec's
+/// streams, waits until they have (polling `/proc`, up to 2 s: this is
+/// the rare case), and ends the streams with the marks, so the step ends
+/// as any other with every byte it wrote, and nothing the leftover writes
+/// after reaches the exec. Otherwise (the image's `tee`, or copiers that
+/// did not let go in time) the status is written at once and the streams
+/// are left unmarked, as an engine ends an exec whose own process ended:
+/// the runner reads the status, and a last line still on its way through
+/// the `tee` can be lost. A second start of the
 /// same step (an exec whose upgrade answer was lost, tried again) finds
 /// the pipes made and follows the first instead of running the step
 /// twice. It ends with the mark only when it sent every byte and the
@@ -117,11 +126,11 @@ record() {
   done
 }
 (
-  _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pidline "$_kl" > "$_kd.pid"
+  _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pidline "$_kl" > "$_kd.pid"; _kme=${_kl%% *}
   BEGIN
   if [ -n "$_ktee" ]; then
-    "$_ktee" < "$_kd.o" 5>&1 >&3 3>&- 4>&- | record out "$_kd.o" "$_kold" 3>&- 4>&- &
-    "$_ktee" < "$_kd.e" 5>&1 >&4 3>&- 4>&- | record err "$_kd.e" '' 3>&- 4>&- &
+    "$_ktee" "$_kme" < "$_kd.o" 5>&1 >&3 3>&- 4>&- | record out "$_kd.o" "$_kold" 3>&- 4>&- &
+    "$_ktee" "$_kme" < "$_kd.e" 5>&1 >&4 3>&- 4>&- | record err "$_kd.e" '' 3>&- 4>&- &
   else
     { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
     { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
@@ -164,10 +173,22 @@ record() {
   case "$u4" in ''|*[!0-9]*) u4=0;; *) [ "$u4" -gt "$_kp0" ] 2>/dev/null || u4=0;; esac
   set +f; case "$u1$u2$pk$u3" in *[!0-9]*) ;; *) [ -z "$u3" ] || u="$u1 $u2 $pk $u3 $u4";; esac
   [ "${#u}" -le USAGE_MAX ] || u=
-  held=; for p in /proc/[0-9]*; do { [ "$p/fd/1" -ef "$_kd.o" ] || [ "$p/fd/2" -ef "$_kd.e" ]; } 2>/dev/null && held=1; done
+  held=; _kc=; for p in /proc/[0-9]*; do
+    { [ "$p/fd/1" -ef "$_kd.o" ] || [ "$p/fd/2" -ef "$_kd.e" ]; } 2>/dev/null && held=1
+    [ -z "$_ktee" ] || { { [ "$p/fd/0" -ef "$_kd.o" ] || [ "$p/fd/0" -ef "$_kd.e" ]; } 2>/dev/null && _kc="$_kc ${p#/proc/}"; }
+  done
+  sent=
+  if [ -n "$held" ] && [ -n "$_kc" ]; then
+    kill -USR1 $_kc 2>/dev/null
+    _kn=0; while [ "$_kn" -lt 2000 ]; do
+      _kl=; for c in $_kc; do [ ! -e "/proc/$c/fd/1" ] || _kl=1; done
+      [ -n "$_kl" ] || { sent=1; break; }
+      if usleep 1000 2>/dev/null; then _kn=$((_kn + 1)); elif sleep 0.01 2>/dev/null; then _kn=$((_kn + 10)); else sleep 1; _kn=$((_kn + 1000)); fi
+    done
+  fi
   [ -n "$held" ] || wait
   echo "$s $u" > "$_kd.status"
-  [ -n "$held" ] || marked "$s" "$u"
+  [ -n "$held" ] && [ -z "$sent" ] || marked "$s" "$u"
   exit "$s"
 ) &
 wait $!"#;

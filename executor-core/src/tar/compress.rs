@@ -181,6 +181,55 @@ pub fn gunzip<R: AsyncRead + Unpin>(stream: R) -> impl AsyncRead + Unpin {
     GzipDecoder::new(BufReader::new(stream))
 }
 
+/// `stream`, a tar packed from a folder's `.` (`tar c -C DIR .`), through
+/// [`gunzip`] if it begins as gzip does (`1f 8b`), as it is if not: such
+/// a tar begins with the entry `./`. So one exec can send a folder
+/// compressed where the environment has `gzip` and as it is where not,
+/// and the runner need not ask first (an exec, a round trip or more over
+/// a link). Either way it is untrusted: the unpacker's limits count what
+/// comes out.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use tokio::io::AsyncReadExt;
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("a.txt"), "hello")?;
+/// let mut tar = Vec::new();
+/// executor_core::tar::pack_dir(dir.path()).read_to_end(&mut tar).await?;
+/// let mut gz = Vec::new();
+/// executor_core::tar::pack_dir(dir.path()).gzip().read_to_end(&mut gz).await?;
+/// for sent in [&tar, &gz] {
+///     let mut got = Vec::new();
+///     executor_core::tar::gunzip_if_gzipped(&sent[..]).await?.read_to_end(&mut got).await?;
+///     assert_eq!(got, tar);
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// When the stream's first read fails.
+pub async fn gunzip_if_gzipped<'a, R: AsyncRead + Unpin + Send + 'a>(
+    mut stream: R,
+) -> io::Result<Box<dyn AsyncRead + Unpin + Send + 'a>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 2];
+    let mut have = 0;
+    while have < head.len() {
+        match stream.read(&mut head[have..]).await? {
+            0 => break,
+            n => have += n,
+        }
+    }
+    let start = io::Cursor::new(head).take(have as u64);
+    let whole = start.chain(stream);
+    Ok(if head[..have] == [0x1f, 0x8b] {
+        Box::new(gunzip(whole))
+    } else {
+        Box::new(whole)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncReadExt;

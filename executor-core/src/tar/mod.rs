@@ -11,7 +11,9 @@ mod pack;
 mod unpack;
 
 pub use audit::links_leaving;
-pub use compress::{gunzip, least_round_trip, Compression, AUTO_ROUND_TRIP, ROUND_TRIP_SAMPLES};
+pub use compress::{
+    gunzip, gunzip_if_gzipped, least_round_trip, Compression, AUTO_ROUND_TRIP, ROUND_TRIP_SAMPLES,
+};
 
 pub use pack::{pack_contents, pack_dir, pack_folders, PackStream, PackedFolder};
 pub use unpack::{

@@ -61,8 +61,6 @@ pub struct DockerExecutor {
     through_channel: bool,
     /// A dry-run: every call is printed once, when it is made.
     pub(crate) dry: bool,
-    /// Per container, whether its image has `gzip`, once asked.
-    gzip_in: Mutex<HashMap<String, bool>>,
     /// Per run container, its service containers, and the log their
     /// output goes to when the run stops.
     services: Mutex<HashMap<String, Vec<services::Running>>>,
@@ -84,7 +82,6 @@ impl DockerExecutor {
             channels: Default::default(),
             through_channel: true,
             dry: false,
-            gzip_in: Mutex::new(HashMap::new()),
             services: Mutex::new(HashMap::new()),
             service_logs: Mutex::new(HashMap::new()),
         }
@@ -320,7 +317,6 @@ impl Executor for DockerExecutor {
         }
         self.live().remove(&run.id);
         self.bounds().remove(&run.id);
-        self.gzip().remove(&run.id);
         self.ahead.let_go(&run.id);
         self.channels.close(&run.id);
         Ok(())

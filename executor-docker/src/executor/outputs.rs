@@ -2,22 +2,16 @@
 //! over a link between machines, gzip-compressed by the image's own
 //! `tar` and `gzip` (the archive API sends a tar as it is).
 
-use std::collections::HashMap;
-
-use executor_core::tar::{gunzip, unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{gunzip_if_gzipped, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::ExecutorError;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::StreamReader;
 
+use executor_container::container::compressing::PACK_OUT;
+
 use super::DockerExecutor;
 use crate::engine::{ExecSpec, StepStream};
-
-/// Packs `$0` and compresses it, exiting with tar's own status (not the
-/// pipe's last, gzip's: POSIX `sh` has no `pipefail`). A gzip that fails
-/// leaves a short stream, which the decoder refuses.
-const TAR_GZIP: &str =
-    r#"{ s=$( { { tar c -C "$0" .; echo $? >&3; } | gzip -1 >&4; } 3>&1 ); } 4>&1; [ "$s" = 0 ]"#;
 
 impl DockerExecutor {
     /// Streams `path` in container `id` into `dest` through the untrusted
@@ -29,7 +23,7 @@ impl DockerExecutor {
         dest: &std::path::Path,
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError> {
-        if self.compresses().await && self.has_gzip(id).await {
+        if self.compresses().await {
             return self.folder_out_gzipped(id, path, dest, limits).await;
         }
         let stream = self
@@ -53,7 +47,7 @@ impl DockerExecutor {
     ) -> Result<UnpackSummary, ExecutorError> {
         let what = format!("copying {path} out");
         let exec = ExecSpec {
-            cmd: vec!["sh".into(), "-c".into(), TAR_GZIP.into(), path.into()],
+            cmd: vec!["sh".into(), "-c".into(), PACK_OUT.into(), path.into()],
             env: Vec::new(),
             working_dir: "/".into(),
             user: Some("0".into()),
@@ -82,7 +76,12 @@ impl DockerExecutor {
         };
         // The unpacker's limits count what comes out of the decoder: a
         // small stream that inflates past them is refused as it grows.
-        let consume = unpack_untrusted(gunzip(reader), dest, limits);
+        let consume = async {
+            let tar = gunzip_if_gzipped(reader)
+                .await
+                .map_err(|e| ExecutorError::backend(&what, e.to_string()))?;
+            Ok::<_, ExecutorError>(unpack_untrusted(tar, dest, limits).await?)
+        };
         let (produced, consumed) = tokio::join!(produce, consume);
         let summary = consumed?;
         produced?;
@@ -98,24 +97,64 @@ impl DockerExecutor {
             }),
         }
     }
+}
 
-    /// Whether container `id`'s image has `gzip`, asked once per container.
-    pub(super) async fn has_gzip(&self, id: &str) -> bool {
-        if let Some(known) = self.gzip().get(id) {
-            return *known;
-        }
-        let has = self
-            .exec_as_root(id, "command -v gzip >/dev/null 2>&1", "looking for gzip")
-            .await
-            .is_ok();
-        if !has {
-            tracing::info!(container = %id, "the image has no gzip: folders come out uncompressed");
-        }
-        self.gzip().insert(id.to_string(), has);
-        has
-    }
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
 
-    pub(super) fn gzip(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
-        self.gzip_in.lock().unwrap_or_else(|p| p.into_inner())
+    use executor_core::tar::{pack_dir, Compression, UnpackLimits};
+    use futures_util::StreamExt;
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::engine::{ExecState, MockEngine};
+    use crate::DockerOptions;
+
+    /// A compressed copy out is one exec, whose stream says whether the
+    /// image compressed it: none asks for gzip first.
+    #[tokio::test]
+    async fn a_compressed_copy_out_is_one_exec_gzip_or_not() {
+        let folder = tempfile::tempdir().unwrap();
+        std::fs::write(folder.path().join("report.txt"), "a report\n".repeat(1000)).unwrap();
+        for gzipped in [true, false] {
+            let mut sent = Vec::new();
+            if gzipped {
+                pack_dir(folder.path()).gzip().read_to_end(&mut sent).await
+            } else {
+                pack_dir(folder.path()).read_to_end(&mut sent).await
+            }
+            .unwrap();
+            let mut mock = MockEngine::new();
+            mock.expect_exec_create().times(1).returning(|_, exec| {
+                assert_eq!(exec.cmd[2], PACK_OUT, "{:?}", exec.cmd);
+                Ok("out".into())
+            });
+            mock.expect_exec_start().times(1).returning(move |_| {
+                let chunk = Ok((StepStream::Stdout, bytes::Bytes::from(sent.clone())));
+                Ok(futures_util::stream::iter([chunk]).boxed())
+            });
+            mock.expect_exec_inspect().returning(|_| {
+                Ok(ExecState {
+                    running: false,
+                    exit_code: Some(0),
+                })
+            });
+            let options = DockerOptions {
+                compression: Compression::Always,
+                ..DockerOptions::default()
+            };
+            let executor = DockerExecutor::with_engine(Arc::new(mock), options);
+            let dest = tempfile::tempdir().unwrap();
+            executor
+                .folder_out("c", "/outputs", dest.path(), UnpackLimits::default())
+                .await
+                .unwrap_or_else(|e| panic!("gzipped {gzipped}: {e}"));
+            assert_eq!(
+                std::fs::read_to_string(dest.path().join("report.txt")).unwrap(),
+                "a report\n".repeat(1000),
+                "gzipped {gzipped}"
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use executor_container::container::compressing::PACK_OUT;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart,
 };
@@ -325,17 +326,10 @@ impl Executor for K8sExecutor {
     ) -> Result<UnpackSummary, ExecutorError> {
         let pod = self.pod_of(run)?;
         let (mut writer, reader) = tokio::io::duplex(256 * 1024);
-        let gzip = self.compresses().await && self.has_gzip(&pod).await;
+        // Compressed where the image has gzip; the stream says which.
+        let gzip = self.compresses().await;
         let argv = if gzip {
-            // tar's own status, not the pipe's last (gzip's): POSIX sh
-            // has no pipefail. A gzip that fails leaves a short stream,
-            // which the decoder refuses.
-            vec![
-                "sh".into(),
-                "-c".into(),
-                r#"{ s=$( { { tar c -C "$0" .; echo $? >&3; } | gzip -1 >&4; } 3>&1 ); } 4>&1; [ "$s" = 0 ]"#.into(),
-                path.to_string(),
-            ]
+            vec!["sh".into(), "-c".into(), PACK_OUT.into(), path.to_string()]
         } else {
             vec![
                 "tar".into(),
@@ -357,9 +351,12 @@ impl Executor for K8sExecutor {
         // small stream that inflates past them is refused as it grows.
         let consume = async {
             if gzip {
-                unpack_untrusted(executor_core::tar::gunzip(reader), dest, limits).await
+                let tar = executor_core::tar::gunzip_if_gzipped(reader)
+                    .await
+                    .map_err(|e| ExecutorError::backend(&what, e.to_string()))?;
+                Ok::<_, ExecutorError>(unpack_untrusted(tar, dest, limits).await?)
             } else {
-                unpack_untrusted(reader, dest, limits).await
+                Ok(unpack_untrusted(reader, dest, limits).await?)
             }
         };
         let (produced, consumed) = tokio::join!(produce, consume);

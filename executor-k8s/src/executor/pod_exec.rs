@@ -160,33 +160,6 @@ impl K8sExecutor {
             .insert(pod.to_string(), has);
     }
 
-    /// Whether `pod`'s image has `gzip`, asked once per pod.
-    pub(super) async fn has_gzip(&self, pod: &str) -> bool {
-        if let Some(known) = self.gzip_known(pod) {
-            return known;
-        }
-        let argv = vec![
-            "sh".into(),
-            "-c".into(),
-            "command -v gzip >/dev/null 2>&1".into(),
-        ];
-        let has = self
-            .exec_checked(
-                pod,
-                argv,
-                None,
-                &mut tokio::io::sink(),
-                "looking for gzip in the pod",
-            )
-            .await
-            .is_ok();
-        if !has {
-            tracing::info!(pod, "the image has no gzip: copies in go uncompressed");
-        }
-        self.gzip_found(pod, has);
-        has
-    }
-
     /// Whether the pod's memory cgroup counted an OOM kill since the step
     /// of `files` started ([`oom`]).
     pub(super) async fn new_oom_kill(&self, pod: &str, files: &StepFiles) -> bool {

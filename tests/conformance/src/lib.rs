@@ -183,18 +183,14 @@ macro_rules! conformance_tests {
             retry_never_follows_a_step_failure, each_step_reports_what_it_cost,
             always_steps_run_after_a_failure_in_the_same_environment,
             a_service_is_reached_by_name_from_the_first_step,
-            a_service_that_fails_is_named_with_its_last_lines);
+            a_service_that_fails_is_named_with_its_last_lines,
+            a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote);
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
             a_step_cut_twice_keeps_every_byte_and_its_code);
         $crate::conformance_tests!(@needing $make; $attrs; [$($another)?];
             a_killed_runner_is_resumed_with_the_right_result);
         $crate::conformance_tests!(@needing $make; $attrs; [$($lose)?];
             retry_recovers_from_a_lost_environment);
-        // Known to fail now and then on the container backends: see the
-        // case's docs.
-        $crate::conformance_tests!(@cases $make;
-            [#[ignore = "known loss on containers: a held step's last bytes in flight (the case's docs)"]];
-            a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote);
     };
     (@needing $make:path; $attrs:tt; []; $($case:ident),*) => {
         $crate::conformance_tests!(@cases $make; $attrs; $($case),*);

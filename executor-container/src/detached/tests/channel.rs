@@ -67,8 +67,19 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<W> {
 
 impl HostChannel {
     fn new(shell: &[&str], cuts: &[Option<u64>]) -> Arc<Self> {
+        Self::staged(shell, cuts, true)
+    }
+
+    /// A channel whose state folder has no copier: its starts use `tee`.
+    fn without_copier(shell: &[&str]) -> Arc<Self> {
+        Self::staged(shell, &[], false)
+    }
+
+    fn staged(shell: &[&str], cuts: &[Option<u64>], copier_staged: bool) -> Arc<Self> {
         let copier = tempfile::tempdir().unwrap();
-        stage_tee(copier.path()).unwrap();
+        if copier_staged {
+            stage_tee(copier.path()).unwrap();
+        }
         Arc::new(HostChannel {
             shell: shell.iter().map(|s| s.to_string()).collect(),
             copier,
@@ -224,11 +235,13 @@ async fn steps_go_through_one_channel_each_with_its_own_code_and_output() {
     }
 }
 
+/// With the image's `tee`, a held step's streams are left unmarked: it
+/// ends with the status it left in the environment, said as such.
 #[tokio::test]
 async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets_a_new_channel() {
     for shell in shells() {
         let dir = tempfile::tempdir().unwrap();
-        let host = HostChannel::new(&shell, &[]);
+        let host = HostChannel::without_copier(&shell);
         let channel = StepChannel::new(host.clone());
         let exec = HostExec::new(&shell, &[]);
         let (end, text, (out, _)) = through(
@@ -262,6 +275,59 @@ async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets
         assert!(
             host.let_go(0, Duration::from_secs(10)).await,
             "{shell:?}: the held channel outlived close"
+        );
+    }
+}
+
+/// With the copier, a step that leaves a process holding its output ends
+/// as any other: its end marks come after every byte it wrote (a last
+/// burst of 256 KiB is on its way through the pipes as its shell ends),
+/// no follow is needed, the same channel starts the next step, and what
+/// the leftover writes later reaches neither.
+#[tokio::test]
+async fn with_the_copier_a_held_step_ends_with_every_byte_on_the_same_channel() {
+    if TEE.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostChannel::new(&shell, &[]);
+        let channel = StepChannel::new(host.clone());
+        let exec = HostExec::new(&shell, &[]);
+        for i in 0..4 {
+            let script = format!(
+                "(sleep 1; echo late-{i}; echo late-{i} >&2; sleep 1) & \
+                 head -c 262144 /dev/zero | tr '\\0' a; echo; echo out-{i}-last; echo err-{i}-last >&2; exit {i}"
+            );
+            let (end, text, (out, err)) =
+                through(&channel, &exec, dir.path(), &format!("h{i}"), &script).await;
+            assert_eq!(end, StepEnd::Exited(i), "{shell:?}: {text}");
+            assert_eq!(
+                out.len(),
+                262_144 + 1 + 11,
+                "{shell:?}: {}",
+                &out[out.len().saturating_sub(40)..]
+            );
+            assert!(out.ends_with(&format!("\nout-{i}-last\n")), "{shell:?}");
+            assert_eq!(err, format!("err-{i}-last\n"), "{shell:?}: {text}");
+            assert!(!text.contains("holding its output"), "{shell:?}: {text}");
+        }
+        let (end, text, (out, err)) =
+            through(&channel, &exec, dir.path(), "next", "sleep 1.5; echo next").await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        assert_eq!(
+            (out.as_str(), err.as_str()),
+            ("next\n", ""),
+            "{shell:?}: {text}"
+        );
+        assert_eq!(
+            host.opens.load(Ordering::SeqCst),
+            1,
+            "{shell:?}: one channel"
+        );
+        assert!(
+            exec.execs.lock().unwrap().is_empty(),
+            "{shell:?}: no follow"
         );
     }
 }

@@ -60,12 +60,11 @@ pub async fn logs_stream_while_step_runs(backend: &dyn Backend) {
 /// environment's pipes when its shell ends; several such steps make a
 /// lost last line likely where one is lost at all.
 ///
-/// Ignored in every backend's suite for now (run it with `--ignored`):
-/// on the container backends a held step's last bytes can still be in
-/// the wrapper's `tee` when the channel says the step ended, and the
-/// follow that reads how it ended finds them not yet in the record (its
-/// `dd` writes whole pieces, and a held stream never ends). Seen on the
-/// v4 test cluster: `out-0-last` missing, the rest there.
+/// The container backends' copier sends on what the step's pipes hold
+/// once it has ended, before the end marks (see `executor_container`'s
+/// `detached` scripts); with the image's `tee` instead (another
+/// architecture) a last line can still be lost, as it was on the v4 test
+/// cluster before the copier (`out-0-last` missing).
 pub async fn a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote(
     backend: &dyn Backend,
 ) {
