@@ -15,7 +15,7 @@
 //! step's pipe is read to its end whatever is left to write to, so the
 //! step never blocks on, or dies of, a stream the runner lost.
 //!
-//! Its one argument is the pid of the step's supervisor. A SIGUSR1 from
+//! Its one argument is the pid of the step's supervisor. A SIGWINCH from
 //! that process (sent with `kill`, so the kernel vouches for the sender)
 //! says the step has ended while a process it left behind still holds its
 //! output: the copier sends on what is in the pipe at that moment (all
@@ -25,6 +25,9 @@
 //! behind ends with every byte it wrote, and nothing the leftover writes
 //! after reaches the exec. The signal is taken through a signalfd, polled
 //! with the pipe, so one that comes between two reads is never missed.
+//! Its default action is to be ignored: one that comes before the copier
+//! took it in hand (it may still be the shell that execs it) is lost, not
+//! fatal, and the supervisor sends it again until the copier lets go.
 
 #![no_std]
 #![no_main]
@@ -41,7 +44,7 @@ const IOCTL: usize = 16;
 const EXIT: usize = 60;
 const SIGNALFD4: usize = 289;
 const SIGPIPE: usize = 13;
-const SIGUSR1: usize = 10;
+const SIGWINCH: usize = 28;
 const SIG_IGN: usize = 1;
 const SIG_BLOCK: usize = 0;
 const SFD_CLOEXEC: usize = 0o2000000;
@@ -143,22 +146,22 @@ fn supervisor(argc: usize, argv: *const *const u8) -> Option<u32> {
     (pid > 1).then_some(pid)
 }
 
-/// A signalfd for SIGUSR1, blocked so that it comes only through it.
+/// A signalfd for SIGWINCH, blocked so that it comes only through it.
 fn usr1_fd() -> Option<usize> {
-    let mask: u64 = 1 << (SIGUSR1 - 1);
+    let mask: u64 = 1 << (SIGWINCH - 1);
     let at = &mask as *const u64 as usize;
     let blocked = unsafe { syscall4(RT_SIGPROCMASK, SIG_BLOCK, at, 0, 8) };
     let fd = unsafe { syscall4(SIGNALFD4, usize::MAX, at, 8, SFD_CLOEXEC) };
     (blocked == 0 && fd >= 0).then_some(fd as usize)
 }
 
-/// Whether the signal waiting on `fd` is a SIGUSR1 that `pid` sent.
+/// Whether the signal waiting on `fd` is a SIGWINCH that `pid` sent.
 fn from_supervisor(fd: usize, pid: u32) -> bool {
     // struct signalfd_siginfo: 128 bytes; ssi_signo, ssi_errno, ssi_code
     // and ssi_pid are its first four 32-bit fields.
     let mut info = [0u32; 32];
     let n = unsafe { syscall4(READ, fd, info.as_mut_ptr() as usize, 128, 0) };
-    n == 128 && info[0] == SIGUSR1 as u32 && info[2] as i32 == SI_USER && info[3] == pid
+    n == 128 && info[0] == SIGWINCH as u32 && info[2] as i32 == SI_USER && info[3] == pid
 }
 
 /// Reads one piece of at most `most` bytes from the step's pipe into the

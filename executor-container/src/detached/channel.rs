@@ -28,8 +28,9 @@
 //! its length goes before it and a last line after it, so a message cut
 //! short is never run. After each start the channel's shell writes a done notice
 //! on stdout; it ends a step whose supervisor left a process holding its
-//! output (no end marks come then, as on the step's own exec, whose
-//! engine ends it when its process ends) and is never output.
+//! output without its end marks (with the image's `tee`, or copiers that
+//! did not let go of the streams in time: as on the step's own exec,
+//! whose engine ends it when its process ends) and is never output.
 
 use std::sync::Arc;
 

@@ -72,7 +72,8 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2; _ktee=\n";
 /// The step has ended when its shell has: its status is written once the
 /// recorders have all it wrote, unless a process it left behind still
 /// holds its output (`sleep 600 &`). Then, where the copiers are
-/// `knotless-tee`, the supervisor tells them (SIGUSR1) to send on what
+/// `knotless-tee`, the supervisor tells them (SIGWINCH, sent again each
+/// millisecond: a copier still being started ignores it) to send on what
 /// their pipes hold, all the step wrote, and let go of the exec's
 /// streams, waits until they have (polling `/proc`, up to 2 s: this is
 /// the rare case), and ends the streams with the marks, so the step ends
@@ -179,9 +180,8 @@ record() {
   done
   sent=
   if [ -n "$held" ] && [ -n "$_kc" ]; then
-    kill -USR1 $_kc 2>/dev/null
     _kn=0; while [ "$_kn" -lt 2000 ]; do
-      _kl=; for c in $_kc; do [ ! -e "/proc/$c/fd/1" ] || _kl=1; done
+      _kl=; for c in $_kc; do [ ! -e "/proc/$c/fd/1" ] || { _kl=1; kill -WINCH "$c" 2>/dev/null; }; done
       [ -n "$_kl" ] || { sent=1; break; }
       if usleep 1000 2>/dev/null; then _kn=$((_kn + 1)); elif sleep 0.01 2>/dev/null; then _kn=$((_kn + 10)); else sleep 1; _kn=$((_kn + 1000)); fi
     done

@@ -1,6 +1,6 @@
 //! Steps started through one long-lived exec: each with its own code and
-//! output, a step that leaves its output held, a channel cut mid-step,
-//! and messages cut short.
+//! output, a channel cut mid-step, and messages cut short; the host
+//! channel the held-step cases use too.
 
 use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,11 +13,11 @@ use tokio::io::AsyncRead;
 /// its client goes away. Its state folder's copier is staged in `copier`,
 /// so its starts use `knotless-tee` where this build has one (a step's
 /// own exec, [`HostExec`], uses the shell's `tee`).
-struct HostChannel {
+pub(super) struct HostChannel {
     shell: Vec<String>,
     copier: tempfile::TempDir,
     cuts: Mutex<VecDeque<Option<u64>>>,
-    opens: AtomicUsize,
+    pub(super) opens: AtomicUsize,
     /// Each open's stdin: told when the runner let go of it.
     stdins: Mutex<Vec<Arc<tokio::sync::Notify>>>,
 }
@@ -25,7 +25,7 @@ struct HostChannel {
 impl HostChannel {
     /// Whether the `n`th open's stdin was let go of, waiting up to
     /// `within` for it.
-    async fn let_go(&self, n: usize, within: Duration) -> bool {
+    pub(super) async fn let_go(&self, n: usize, within: Duration) -> bool {
         let gone = self.stdins.lock().unwrap_or_else(|p| p.into_inner())[n].clone();
         tokio::time::timeout(within, gone.notified()).await.is_ok()
     }
@@ -66,13 +66,29 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<W> {
 }
 
 impl HostChannel {
-    fn new(shell: &[&str], cuts: &[Option<u64>]) -> Arc<Self> {
+    pub(super) fn new(shell: &[&str], cuts: &[Option<u64>]) -> Arc<Self> {
         Self::staged(shell, cuts, true)
     }
 
     /// A channel whose state folder has no copier: its starts use `tee`.
-    fn without_copier(shell: &[&str]) -> Arc<Self> {
+    pub(super) fn without_copier(shell: &[&str]) -> Arc<Self> {
         Self::staged(shell, &[], false)
+    }
+
+    /// A channel whose copier takes 300 ms to start (a wrapper that waits,
+    /// then execs it): a step that ends at once ends before it.
+    pub(super) fn with_slow_copier(shell: &[&str]) -> Arc<Self> {
+        let channel = Self::staged(shell, &[], true);
+        let (dir, copier) = (channel.copier.path(), channel.copier.path().join(TEE_FILE));
+        std::fs::rename(&copier, dir.join("real")).unwrap();
+        let wrapper = format!(
+            "#!/bin/sh\nsleep 0.3\nexec '{}/real' \"$@\"\n",
+            dir.display()
+        );
+        std::fs::write(&copier, wrapper).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&copier, std::fs::Permissions::from_mode(0o755)).unwrap();
+        channel
     }
 
     fn staged(shell: &[&str], cuts: &[Option<u64>], copier_staged: bool) -> Arc<Self> {
@@ -182,7 +198,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for CutAfter<R> {
 
 /// Runs the step `script` as step `id` through `channel` (its follows,
 /// if any, on `exec`): how it ended, the log's text and its output.
-async fn through(
+pub(super) async fn through(
     channel: &Arc<StepChannel>,
     exec: &HostExec,
     dir: &Path,
@@ -231,103 +247,6 @@ async fn steps_go_through_one_channel_each_with_its_own_code_and_output() {
         assert!(
             exec.execs.lock().unwrap().is_empty(),
             "{shell:?}: no step needed an exec of its own"
-        );
-    }
-}
-
-/// With the image's `tee`, a held step's streams are left unmarked: it
-/// ends with the status it left in the environment, said as such.
-#[tokio::test]
-async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets_a_new_channel() {
-    for shell in shells() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = HostChannel::without_copier(&shell);
-        let channel = StepChannel::new(host.clone());
-        let exec = HostExec::new(&shell, &[]);
-        let (end, text, (out, _)) = through(
-            &channel,
-            &exec,
-            dir.path(),
-            "held",
-            "sleep 2 & echo before; exit 4",
-        )
-        .await;
-        assert_eq!(end, StepEnd::Exited(4), "{shell:?}: {text}");
-        assert_eq!(out, "before\n", "{shell:?}: {text}");
-        // Said as what it is, not as an outage.
-        assert!(
-            text.contains("the step ended and left a process holding its output")
-                && !text.contains("stream broke"),
-            "{shell:?}: {text}"
-        );
-        let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "next", "echo next").await;
-        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
-        assert_eq!(out, "next\n", "{shell:?}: {text}");
-        assert_eq!(host.opens.load(Ordering::SeqCst), 2, "{shell:?}");
-        // The held channel stays open until the channel is closed: ended
-        // while its streams are held, an engine waits on them (Docker
-        // held the container's next exec for 4 s).
-        assert!(
-            !host.let_go(0, Duration::ZERO).await,
-            "{shell:?}: the held channel was ended"
-        );
-        channel.close();
-        assert!(
-            host.let_go(0, Duration::from_secs(10)).await,
-            "{shell:?}: the held channel outlived close"
-        );
-    }
-}
-
-/// With the copier, a step that leaves a process holding its output ends
-/// as any other: its end marks come after every byte it wrote (a last
-/// burst of 256 KiB is on its way through the pipes as its shell ends),
-/// no follow is needed, the same channel starts the next step, and what
-/// the leftover writes later reaches neither.
-#[tokio::test]
-async fn with_the_copier_a_held_step_ends_with_every_byte_on_the_same_channel() {
-    if TEE.is_empty() {
-        return;
-    }
-    for shell in shells() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = HostChannel::new(&shell, &[]);
-        let channel = StepChannel::new(host.clone());
-        let exec = HostExec::new(&shell, &[]);
-        for i in 0..4 {
-            let script = format!(
-                "(sleep 1; echo late-{i}; echo late-{i} >&2; sleep 1) & \
-                 head -c 262144 /dev/zero | tr '\\0' a; echo; echo out-{i}-last; echo err-{i}-last >&2; exit {i}"
-            );
-            let (end, text, (out, err)) =
-                through(&channel, &exec, dir.path(), &format!("h{i}"), &script).await;
-            assert_eq!(end, StepEnd::Exited(i), "{shell:?}: {text}");
-            assert_eq!(
-                out.len(),
-                262_144 + 1 + 11,
-                "{shell:?}: {}",
-                &out[out.len().saturating_sub(40)..]
-            );
-            assert!(out.ends_with(&format!("\nout-{i}-last\n")), "{shell:?}");
-            assert_eq!(err, format!("err-{i}-last\n"), "{shell:?}: {text}");
-            assert!(!text.contains("holding its output"), "{shell:?}: {text}");
-        }
-        let (end, text, (out, err)) =
-            through(&channel, &exec, dir.path(), "next", "sleep 1.5; echo next").await;
-        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
-        assert_eq!(
-            (out.as_str(), err.as_str()),
-            ("next\n", ""),
-            "{shell:?}: {text}"
-        );
-        assert_eq!(
-            host.opens.load(Ordering::SeqCst),
-            1,
-            "{shell:?}: one channel"
-        );
-        assert!(
-            exec.execs.lock().unwrap().is_empty(),
-            "{shell:?}: no follow"
         );
     }
 }

@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod channel;
 mod cuts;
 mod ends;
+mod held;
 mod resume;
 mod status;
 mod tee;
