@@ -1,5 +1,5 @@
 //! Builds `helper/tee.rs`, the step's stream copier (see its docs), for
-//! x86_64 Linux with no C library: about 1 KiB, run in the environment
+//! x86_64 Linux with no C library: about 2 KiB, run in the environment
 //! at the cost of an exec of that size. Where the toolchain cannot build
 //! it (no x86_64 target, no linker), the helper is empty and every
 //! environment gets the image's `tee`, as one of another architecture

@@ -1,4 +1,4 @@
-//! `knotless-tee`, the step's stream copier: a program of about 1 KiB
+//! `knotless-tee`, the step's stream copier: a program of about 2 KiB
 //! (`helper/tee.rs`, built for x86_64 Linux with no C library) sent into
 //! the state folder with the step scripts, which each step's start runs
 //! on each of its streams in place of the image's `tee` and a joining
