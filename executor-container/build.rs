@@ -1,24 +1,45 @@
-//! Builds `helper/tee.rs`, the step's stream copier (see its docs), for
-//! x86_64 Linux with no C library: about 2 KiB, run in the environment
-//! at the cost of an exec of that size. Where the toolchain cannot build
-//! it (no x86_64 target, no linker), the helper is empty and every
-//! environment gets the image's `tee`, as one of another architecture
-//! does.
+//! Builds the helpers sent into each environment, for x86_64 Linux with
+//! no C library: `helper/tee.rs`, the step's stream copier (about 2 KiB,
+//! run at the cost of an exec of that size), and `helper/gz.rs`, the
+//! compressor of copies out (see their docs). Where the toolchain cannot
+//! build one (no x86_64 target, no linker), it is an empty file, and
+//! every environment uses the image's own `tee` or `gzip` instead, as
+//! one of another architecture does.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-changed=helper/tee.rs");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("knotless-tee");
+    // A folder: cargo looks at every file under it (gz.rs has modules).
+    println!("cargo:rerun-if-changed=helper");
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
+    // The copier is small before it is fast: its exec is on every step.
+    build(
+        "knotless-tee",
+        "helper/tee.rs",
+        "s",
+        "the image's tee",
+        &out_dir,
+    );
+    build(
+        "knotless-gz",
+        "helper/gz.rs",
+        "3",
+        "the image's gzip",
+        &out_dir,
+    );
+}
+
+fn build(name: &str, source: &str, opt_level: &str, instead: &str, out_dir: &Path) {
+    let out = out_dir.join(name);
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let built = Command::new(rustc)
         .args([
             "--edition=2021",
             "--crate-type=bin",
-            "--crate-name=knotless_tee",
+            &format!("--crate-name={}", name.replace('-', "_")),
             "--target=x86_64-unknown-linux-gnu",
-            "-Copt-level=s",
+            &format!("-Copt-level={opt_level}"),
             "-Cpanic=abort",
             "-Cdebuginfo=0",
             "-Cstrip=symbols",
@@ -27,7 +48,7 @@ fn main() {
             "-Clink-arg=-nostdlib",
             "-Clink-arg=-static",
             "-Clink-arg=-Wl,--build-id=none",
-            "helper/tee.rs",
+            source,
             "-o",
         ])
         .arg(&out)
@@ -36,7 +57,7 @@ fn main() {
         Ok(done) if done.status.success() => {}
         Ok(done) => {
             println!(
-                "cargo:warning=knotless-tee not built; environments get the image's tee: {}",
+                "cargo:warning={name} not built; environments get {instead}: {}",
                 String::from_utf8_lossy(&done.stderr)
                     .lines()
                     .next()
@@ -45,13 +66,13 @@ fn main() {
             empty(&out);
         }
         Err(err) => {
-            println!("cargo:warning=knotless-tee not built (rustc: {err}); environments get the image's tee");
+            println!("cargo:warning={name} not built (rustc: {err}); environments get {instead}");
             empty(&out);
         }
     }
 }
 
-fn empty(out: &PathBuf) {
+fn empty(out: &Path) {
     if let Err(err) = std::fs::write(out, b"") {
         panic!("cannot write {}: {err}", out.display());
     }

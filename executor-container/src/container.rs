@@ -49,6 +49,46 @@ pub mod oom;
 /// scripts, the run's plan and each step's files.
 pub const STATE_DIR: &str = "/.knotless";
 
+/// Writes the helpers this build has (the step's stream copier and the
+/// compressor of copies out) into `dir`, a folder staged to be sent in as
+/// the state folder.
+///
+/// ```
+/// use executor_container::container::{compressing::GZ_FILE, stage_helpers};
+/// use executor_container::detached::TEE_FILE;
+/// let dir = tempfile::tempdir().unwrap();
+/// stage_helpers(dir.path()).unwrap();
+/// if cfg!(target_arch = "x86_64") {
+///     assert!(dir.path().join(TEE_FILE).exists());
+///     assert!(dir.path().join(GZ_FILE).exists());
+/// }
+/// ```
+///
+/// # Errors
+/// `Io` naming the file that cannot be written.
+pub fn stage_helpers(dir: &std::path::Path) -> Result<(), ExecutorError> {
+    crate::detached::stage_tee(dir)?;
+    compressing::stage_gz(dir)
+}
+
+/// Writes `bytes` as the executable `dir/name`; nothing when `bytes` is
+/// empty (a helper this build could not make).
+pub(crate) fn stage_executable(
+    dir: &std::path::Path,
+    name: &str,
+    bytes: &[u8],
+    what: &'static str,
+) -> Result<(), ExecutorError> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).map_err(|e| ExecutorError::io(what, &path, e))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| ExecutorError::io(what, &path, e))
+}
+
 /// The environment's main process. It only keeps the container alive:
 /// every step is an exec beside it, so a step that exits, fails or kills
 /// its own shell never ends the environment.

@@ -176,3 +176,32 @@ async fn compressed_outputs_come_back_and_hostile_ones_are_skipped() {
     executor_conformance::hostile_outputs_are_skipped_one_by_one(&backend).await;
     executor_conformance::hostile_cache_is_refused(&backend).await;
 }
+
+/// The compressor of copies out goes in with the step scripts and runs
+/// in an image of busybox alone: what it makes, the image's own `gzip`
+/// takes back whole.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compressor_is_sent_in_and_runs_in_the_image() {
+    if executor_container::container::compressing::GZ.is_empty() {
+        return;
+    }
+    let backend = always().await;
+    let fx = Fixture::new("compressor");
+    let gz = format!(
+        "{}/{}",
+        executor_container::container::STATE_DIR,
+        executor_container::container::compressing::GZ_FILE
+    );
+    let spec = fx.spec(&backend, "compressor").step(Step::new(
+        "compress",
+        format!("yes 'a line' | head -n 100000 | {gz} | gzip -dc | uniq -c"),
+    ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    assert!(log.text().contains("100000 a line"), "{}", log.text());
+    assert_nothing_left(&backend, &fx.runner).await;
+}

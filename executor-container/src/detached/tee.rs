@@ -51,13 +51,5 @@ pub(super) fn probe(state_dir: &str) -> String {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_tee(dir: &Path) -> Result<(), ExecutorError> {
-    if TEE.is_empty() {
-        return Ok(());
-    }
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(TEE_FILE);
-    let what = "writing the stream copier";
-    std::fs::write(&path, TEE).map_err(|e| ExecutorError::io(what, &path, e))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| ExecutorError::io(what, &path, e))
+    crate::container::stage_executable(dir, TEE_FILE, TEE, "writing the stream copier")
 }

@@ -101,7 +101,7 @@ impl DockerExecutor {
         // folder: a script of any size, and none in an exec's command line.
         let (scripts_dir, scripts) = ScriptFiles::staged(run, STATE_DIR)?;
         executor_core::resume::stage_plan(scripts_dir.path(), plan)?;
-        executor_container::detached::stage_tee(scripts_dir.path())?;
+        executor_container::container::stage_helpers(scripts_dir.path())?;
         // One upload to `/` creates the folders and fills them: Docker
         // refuses uploads to a missing path, and every request and exec is
         // a round trip through the engine.

@@ -1,6 +1,7 @@
 //! Folders out of the container: through the engine's archive API, or,
-//! over a link between machines, gzip-compressed by the image's own
-//! `tar` and `gzip` (the archive API sends a tar as it is).
+//! over a link between machines, packed by the image's own `tar` and
+//! gzip-compressed in the container (the archive API sends a tar as it
+//! is; see `PACK_OUT`).
 
 use executor_core::tar::{gunzip_if_gzipped, unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::ExecutorError;
@@ -8,14 +9,15 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::StreamReader;
 
-use executor_container::container::compressing::PACK_OUT;
+use executor_container::container::compressing::pack_out_argv;
 
 use super::DockerExecutor;
 use crate::engine::{ExecSpec, StepStream};
 
 impl DockerExecutor {
     /// Streams `path` in container `id` into `dest` through the untrusted
-    /// unpacker: compressed when uploads are and the image has `gzip`.
+    /// unpacker: compressed when uploads are and the container can (with
+    /// the compressor sent in, else the image's `gzip`).
     pub(super) async fn folder_out(
         &self,
         id: &str,
@@ -47,7 +49,7 @@ impl DockerExecutor {
     ) -> Result<UnpackSummary, ExecutorError> {
         let what = format!("copying {path} out");
         let exec = ExecSpec {
-            cmd: vec!["sh".into(), "-c".into(), PACK_OUT.into(), path.into()],
+            cmd: pack_out_argv(path),
             env: Vec::new(),
             working_dir: "/".into(),
             user: Some("0".into()),
@@ -127,7 +129,7 @@ mod tests {
             .unwrap();
             let mut mock = MockEngine::new();
             mock.expect_exec_create().times(1).returning(|_, exec| {
-                assert_eq!(exec.cmd[2], PACK_OUT, "{:?}", exec.cmd);
+                assert_eq!(exec.cmd, pack_out_argv("/outputs"));
                 Ok("out".into())
             });
             mock.expect_exec_start().times(1).returning(move |_| {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_container::container::compressing::PACK_OUT;
+use executor_container::container::compressing::pack_out_argv;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart,
 };
@@ -329,7 +329,7 @@ impl Executor for K8sExecutor {
         // Compressed where the image has gzip; the stream says which.
         let gzip = self.compresses().await;
         let argv = if gzip {
-            vec!["sh".into(), "-c".into(), PACK_OUT.into(), path.to_string()]
+            pack_out_argv(path)
         } else {
             vec![
                 "tar".into(),

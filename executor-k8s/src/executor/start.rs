@@ -109,7 +109,7 @@ impl K8sExecutor {
                 // any size, and none in an exec's URL (or an audit log).
                 let (scripts, _) = ScriptFiles::staged(run, STATE_DIR)?;
                 executor_core::resume::stage_plan(scripts.path(), &plan)?;
-                executor_container::detached::stage_tee(scripts.path())?;
+                executor_container::container::stage_helpers(scripts.path())?;
                 // One stream fills every folder: each exec is a round trip
                 // through the API server and the kubelet. Only the folders'
                 // contents travel, so tar changes nothing of the mounts
