@@ -20,10 +20,82 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// How much one frame holds at most.
 pub const FRAME: usize = 4 << 20;
 
+/// The loop that unframes stdin into `"$@"`'s stdin.
+macro_rules! unframe {
+    () => {
+        "while read -r n && [ \"$n\" -gt 0 ]; do \
+         dd bs=\"$n\" count=1 iflag=fullblock 2>/dev/null || exit 1; done | \"$@\""
+    };
+}
+
 /// `sh -c` script: unframes stdin into `"$@"`'s stdin. Any `dd` failure
 /// ends the loop early, which the command then sees as a truncated stream.
-pub const UNFRAME: &str = "while read -r n && [ \"$n\" -gt 0 ]; do \
-     dd bs=\"$n\" count=1 iflag=fullblock 2>/dev/null || exit 1; done | \"$@\"";
+pub const UNFRAME: &str = unframe!();
+
+/// `sh -c` script for a stream whose exec's protocol was not known when
+/// its command was sent (the handshake that tells it answers the
+/// command): the stream's first line says how the rest comes, [`PLAIN`]
+/// (stdin then goes to `"$@"` as it is, and is closed at its end) or
+/// [`FRAMED`] (as [`UNFRAME`] takes it). One exec either way, where the
+/// first copy into a v4 pod used to learn the protocol from an exec it
+/// then dropped: over a long link, a round trip or more before the first
+/// step. `read` takes a line a byte at a time from a pipe, so `"$@"`
+/// gets the stream from the byte after it.
+pub const PLAIN_OR_FRAMED: &str = concat!(
+    "read -r how || exit 1; [ \"$how\" != plain ] || exec \"$@\"; ",
+    unframe!()
+);
+
+/// The first line of a [`PLAIN_OR_FRAMED`] stream sent as it is.
+pub const PLAIN: &[u8] = b"plain\n";
+
+/// The first line of a [`PLAIN_OR_FRAMED`] stream sent in frames.
+pub const FRAMED: &[u8] = b"framed\n";
+
+/// `inner` with `line` in front, sent in the same read as `inner`'s first
+/// bytes: alone, it would be a small write that Nagle's algorithm holds
+/// until the server acknowledges it (see [`Framed`]'s end mark).
+pub struct Prefixed<R> {
+    line: &'static [u8],
+    inner: R,
+}
+
+impl<R> Prefixed<R> {
+    /// `inner` after `line`.
+    pub fn new(line: &'static [u8], inner: R) -> Self {
+        Prefixed { line, inner }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Prefixed<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.line.is_empty() {
+            return Pin::new(&mut this.inner).poll_read(cx, out);
+        }
+        let line = this.line.len();
+        if out.remaining() <= line {
+            let n = out.remaining();
+            out.put_slice(&this.line[..n]);
+            this.line = &this.line[n..];
+            return Poll::Ready(Ok(()));
+        }
+        // Nothing is handed out until `inner` has something (or ended):
+        // the line then goes with it.
+        let unfilled = out.initialize_unfilled();
+        let mut rest = ReadBuf::new(&mut unfilled[line..]);
+        ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rest))?;
+        let got = rest.filled().len();
+        unfilled[..line].copy_from_slice(this.line);
+        out.advance(line + got);
+        this.line = &[];
+        Poll::Ready(Ok(()))
+    }
+}
 
 /// Frames `inner` for [`UNFRAME`]. A task of its own fills the next
 /// frame while this one is read and sent: filling (reading the files) and
@@ -184,6 +256,60 @@ mod tests {
             out.extend_from_slice(&framed[..n]);
             framed = &framed[n..];
         }
+    }
+
+    /// What `PLAIN_OR_FRAMED` hands `cat`, run by this machine's `sh`.
+    fn through_the_script(stdin: &[u8]) -> (bool, Vec<u8>) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", PLAIN_OR_FRAMED, "sh", "cat"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Written from a thread: the output is read as it comes.
+        let (mut pipe, input) = (child.stdin.take().unwrap(), stdin.to_vec());
+        let writer = std::thread::spawn(move || pipe.write_all(&input));
+        let out = child.wait_with_output().unwrap();
+        let _ = writer.join().unwrap();
+        (out.status.success(), out.stdout)
+    }
+
+    #[tokio::test]
+    async fn the_first_line_says_how_the_stream_comes() {
+        let data: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+        let mut plain = Vec::new();
+        Prefixed::new(PLAIN, std::io::Cursor::new(data.clone()))
+            .read_to_end(&mut plain)
+            .await
+            .unwrap();
+        assert_eq!(through_the_script(&plain), (true, data.clone()));
+        let mut framed = Vec::new();
+        Prefixed::new(FRAMED, Framed::new(std::io::Cursor::new(data.clone())))
+            .read_to_end(&mut framed)
+            .await
+            .unwrap();
+        // Bytes after the end mark are never read: stdin stays open on v4.
+        framed.extend_from_slice(b"what comes after");
+        assert_eq!(through_the_script(&framed), (true, data));
+        assert_eq!(through_the_script(b""), (false, Vec::new()), "no line");
+    }
+
+    /// The line goes out with the stream's first bytes, not alone (a
+    /// small write Nagle's algorithm would hold), and nothing goes out
+    /// before the stream has something.
+    #[tokio::test]
+    async fn the_line_goes_with_the_first_bytes() {
+        use tokio::io::AsyncWriteExt;
+        let (mut source, rest) = tokio::io::duplex(1 << 16);
+        let mut prefixed = Prefixed::new(PLAIN, rest);
+        let mut buf = vec![0u8; 1 << 16];
+        use futures_util::FutureExt;
+        let early = prefixed.read(&mut buf).now_or_never();
+        assert!(early.is_none(), "the line went alone: {early:?}");
+        source.write_all(b"tar").await.unwrap();
+        let n = prefixed.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"plain\ntar");
     }
 
     #[tokio::test]

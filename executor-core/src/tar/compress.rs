@@ -230,6 +230,44 @@ pub async fn gunzip_if_gzipped<'a, R: AsyncRead + Unpin + Send + 'a>(
     })
 }
 
+/// [`unpack_untrusted`](super::unpack_untrusted) of a stream that an
+/// environment packed, gzip-compressed or not ([`gunzip_if_gzipped`]
+/// tells which): what a container backend's copy out ends in. The
+/// limits count the bytes the stream inflates to, so a small stream that
+/// inflates past them is refused as it grows, in flat memory.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use executor_core::tar::{pack_dir, unpack_untrusted_gzipped_or_not, UnpackLimits};
+/// use tokio::io::AsyncReadExt;
+/// let from = tempfile::tempdir()?;
+/// std::fs::write(from.path().join("report.txt"), "all passed")?;
+/// let mut gz = Vec::new();
+/// pack_dir(from.path()).gzip().read_to_end(&mut gz).await?;
+/// let to = tempfile::tempdir()?;
+/// unpack_untrusted_gzipped_or_not(&gz[..], to.path(), UnpackLimits::default()).await?;
+/// assert_eq!(std::fs::read_to_string(to.path().join("report.txt"))?, "all passed");
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As [`unpack_untrusted`](super::unpack_untrusted); a first read that
+/// fails is its `Io`.
+pub async fn unpack_untrusted_gzipped_or_not<R: AsyncRead + Unpin + Send>(
+    stream: R,
+    dest: &std::path::Path,
+    limits: super::UnpackLimits,
+) -> Result<super::UnpackSummary, super::UnpackError> {
+    let tar = gunzip_if_gzipped(stream)
+        .await
+        .map_err(|source| super::UnpackError::Io {
+            dest: dest.to_path_buf(),
+            source,
+        })?;
+    super::unpack_untrusted(tar, dest, limits).await
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncReadExt;

@@ -12,7 +12,8 @@ mod unpack;
 
 pub use audit::links_leaving;
 pub use compress::{
-    gunzip, gunzip_if_gzipped, least_round_trip, Compression, AUTO_ROUND_TRIP, ROUND_TRIP_SAMPLES,
+    gunzip, gunzip_if_gzipped, least_round_trip, unpack_untrusted_gzipped_or_not, Compression,
+    AUTO_ROUND_TRIP, ROUND_TRIP_SAMPLES,
 };
 
 pub use pack::{pack_contents, pack_dir, pack_folders, PackStream, PackedFolder};

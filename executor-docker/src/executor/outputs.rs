@@ -3,7 +3,9 @@
 //! gzip-compressed in the container (the archive API sends a tar as it
 //! is; see `PACK_OUT`).
 
-use executor_core::tar::{gunzip_if_gzipped, unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{
+    unpack_untrusted, unpack_untrusted_gzipped_or_not, UnpackLimits, UnpackSummary,
+};
 use executor_core::ExecutorError;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -78,12 +80,7 @@ impl DockerExecutor {
         };
         // The unpacker's limits count what comes out of the decoder: a
         // small stream that inflates past them is refused as it grows.
-        let consume = async {
-            let tar = gunzip_if_gzipped(reader)
-                .await
-                .map_err(|e| ExecutorError::backend(&what, e.to_string()))?;
-            Ok::<_, ExecutorError>(unpack_untrusted(tar, dest, limits).await?)
-        };
+        let consume = unpack_untrusted_gzipped_or_not(reader, dest, limits);
         let (produced, consumed) = tokio::join!(produce, consume);
         let summary = consumed?;
         produced?;

@@ -351,12 +351,9 @@ impl Executor for K8sExecutor {
         // small stream that inflates past them is refused as it grows.
         let consume = async {
             if gzip {
-                let tar = executor_core::tar::gunzip_if_gzipped(reader)
-                    .await
-                    .map_err(|e| ExecutorError::backend(&what, e.to_string()))?;
-                Ok::<_, ExecutorError>(unpack_untrusted(tar, dest, limits).await?)
+                executor_core::tar::unpack_untrusted_gzipped_or_not(reader, dest, limits).await
             } else {
-                Ok(unpack_untrusted(reader, dest, limits).await?)
+                unpack_untrusted(reader, dest, limits).await
             }
         };
         let (produced, consumed) = tokio::join!(produce, consume);

@@ -63,7 +63,9 @@ impl K8sExecutor {
     /// without closing the socket (and losing the status), and busybox tar
     /// reads to end of file, so there the stream goes in frames (see
     /// [`crate::framed`]); it is packed once either way (`pack` is called
-    /// when the protocol is known). Compressed where
+    /// when the protocol is known). The first copy into a pod is sent
+    /// before the protocol is known, so its stream's first line says
+    /// which it is ([`crate::framed::PLAIN_OR_FRAMED`]). Compressed where
     /// [`K8sOptions::compression`](crate::K8sOptions::compression) says so
     /// and the image has `gzip`: `tar`'s status, the pipe's last, is the
     /// copy's, and a stream cut short is a short gzip stream it fails on.
@@ -110,38 +112,53 @@ impl K8sExecutor {
         unpack: Vec<String>,
         gzip: bool,
     ) -> Result<(Ended, String), ExecutorError> {
+        use crate::framed::{Framed, Prefixed, FRAMED, PLAIN, PLAIN_OR_FRAMED, UNFRAME};
         let pack = || if gzip { pack().gzip() } else { pack() };
-        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
-        if known != Some(false) {
-            // v5, or not known yet: the plain command, learning the protocol
-            // from the connection itself.
-            let exec = self.cluster.exec(pod, CONTAINER, &unpack, true).await?;
-            let v5 = exec.closes_stdin();
-            *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
-            if v5 {
-                let mut tar = pack();
-                return finish(exec, Some(&mut tar), &mut tokio::io::sink()).await;
-            }
-            // v4: closing this exec unsent gives tar an empty stdin; it
-            // extracts nothing, and the copy goes again, in frames.
-            drop(exec);
-        }
         // v4: the stream goes in frames that a shell loop in the pod
         // unframes, so tar sees end of file while stdin stays open.
-        let mut argv: Vec<String> = vec![
-            "sh".into(),
-            "-c".into(),
-            crate::framed::UNFRAME.into(),
-            "sh".into(),
-        ];
-        argv.extend(unpack);
-        let mut framed = if gzip {
-            crate::framed::Framed::eager(pack())
-        } else {
-            crate::framed::Framed::new(pack())
+        let framed = || {
+            if gzip {
+                Framed::eager(pack())
+            } else {
+                Framed::new(pack())
+            }
         };
-        let exec = self.cluster.exec(pod, CONTAINER, &argv, true).await?;
-        finish(exec, Some(&mut framed), &mut tokio::io::sink()).await
+        let unframing = |script: &str| {
+            let mut argv: Vec<String> = vec!["sh".into(), "-c".into(), script.into(), "sh".into()];
+            argv.extend(unpack.iter().cloned());
+            argv
+        };
+        let known = *self.v5.lock().unwrap_or_else(|p| p.into_inner());
+        match known {
+            Some(true) => {
+                let exec = self.cluster.exec(pod, CONTAINER, &unpack, true).await?;
+                finish(exec, Some(&mut pack()), &mut tokio::io::sink()).await
+            }
+            Some(false) => {
+                let exec = self
+                    .cluster
+                    .exec(pod, CONTAINER, &unframing(UNFRAME), true)
+                    .await?;
+                finish(exec, Some(&mut framed()), &mut tokio::io::sink()).await
+            }
+            None => {
+                // The protocol is the connection's answer to the command:
+                // the stream's first line tells the command how it comes.
+                let exec = self
+                    .cluster
+                    .exec(pod, CONTAINER, &unframing(PLAIN_OR_FRAMED), true)
+                    .await?;
+                let v5 = exec.closes_stdin();
+                *self.v5.lock().unwrap_or_else(|p| p.into_inner()) = Some(v5);
+                if v5 {
+                    let mut plain = Prefixed::new(PLAIN, pack());
+                    finish(exec, Some(&mut plain), &mut tokio::io::sink()).await
+                } else {
+                    let mut framed = Prefixed::new(FRAMED, framed());
+                    finish(exec, Some(&mut framed), &mut tokio::io::sink()).await
+                }
+            }
+        }
     }
 
     /// What the copies in know of `pod`'s gzip: `None` until one learnt it.

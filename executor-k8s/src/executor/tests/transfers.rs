@@ -2,8 +2,10 @@
 
 use super::*;
 
+/// On v4 every copy goes in frames; the first, sent before the protocol
+/// is known, says so in its first line: one exec, none dropped unsent.
 #[tokio::test]
-async fn on_v4_the_checkout_goes_in_frames_once_the_protocol_is_known() {
+async fn on_v4_the_checkout_goes_in_frames_from_the_first_exec() {
     let mut cluster = MockCluster::new();
     let framed_stdin = Stdin::default();
     let argvs = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
@@ -15,14 +17,7 @@ async fn on_v4_the_checkout_goes_in_frames_once_the_protocol_is_known() {
             return Ok(scripted(false, "", Ended::Exited(0), &Stdin::default()));
         }
         seen.lock().unwrap().push(argv.to_vec());
-        // The first, plain `tar x`, learns that the server speaks v4 and
-        // is dropped unsent; every copy after goes framed.
-        let stdin = if argv[0] == "sh" {
-            &frames
-        } else {
-            &Stdin::default()
-        };
-        Ok(scripted(false, "", Ended::Exited(0), stdin))
+        Ok(scripted(false, "", Ended::Exited(0), &frames))
     });
     let executor = live(cluster);
     let checkout = tempfile::tempdir().unwrap();
@@ -35,49 +30,70 @@ async fn on_v4_the_checkout_goes_in_frames_once_the_protocol_is_known() {
             .unwrap();
     }
     let argvs = argvs.lock().unwrap().clone();
-    let framed: Vec<_> = argvs
+    let scripts: Vec<_> = argvs
         .iter()
-        .filter(|a| a[0] == "sh" && a[2] == crate::framed::UNFRAME)
+        .map(|a| (a[0].as_str(), a[2].as_str()))
         .collect();
-    let plain: Vec<_> = argvs.iter().filter(|a| a[0] == "tar").collect();
-    assert_eq!((plain.len(), framed.len()), (1, 2), "{argvs:?}");
-    // Each framed copy ends with its end mark: the archive's zero blocks,
-    // then the `0` line.
-    let stdin = framed_stdin.lock().unwrap();
-    assert!(
-        stdin.ends_with(b"\x000\n"),
-        "{:?}",
-        &stdin[stdin.len().saturating_sub(8)..]
+    assert_eq!(
+        scripts,
+        [
+            ("sh", crate::framed::PLAIN_OR_FRAMED),
+            ("sh", crate::framed::UNFRAME)
+        ],
+        "{argvs:?}"
     );
+    assert!(argvs
+        .iter()
+        .all(|a| a[4..] == ["tar", "x", "-o", "-C", "/cache"]));
+    // The first says it comes framed; each ends with its end mark: the
+    // archive's zero blocks, then the `0` line.
+    let stdin = framed_stdin.lock().unwrap();
+    let first_frame = stdin.strip_prefix(b"framed\n").expect("the first line");
+    let length = first_frame.iter().position(|&b| b == b'\n').unwrap();
+    let length: usize = std::str::from_utf8(&first_frame[..length])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(length > 100_000, "a frame of the archive: {length}");
+    let ends = stdin.windows(3).filter(|w| w == b"\x000\n").count();
+    assert_eq!(ends, 2, "two framed copies, each ended");
 }
 
 #[tokio::test]
 async fn on_v5_stdin_is_closed_and_tar_runs_once() {
     let mut cluster = MockCluster::new();
     let tar_stdin = Stdin::default();
-    let (given, tars) = (tar_stdin.clone(), Arc::new(AtomicUsize::new(0)));
-    let counted = tars.clone();
+    let argvs = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let (given, seen) = (tar_stdin.clone(), argvs.clone());
     cluster.expect_exec().returning(move |_, _, argv, stdin| {
-        assert!(!stdin || argv[0] == "tar", "{argv:?}");
         if stdin {
-            counted.fetch_add(1, Ordering::SeqCst);
+            seen.lock().unwrap().push(argv.to_vec());
         }
         Ok(scripted(true, "", Ended::Exited(0), &given))
     });
     let executor = live(cluster);
     let checkout = tempfile::tempdir().unwrap();
     std::fs::write(checkout.path().join("f"), "data").unwrap();
-    executor
-        .copy_in(&RunHandle::in_container("job"), checkout.path(), "/cache")
-        .await
-        .unwrap();
-    assert_eq!(tars.load(Ordering::SeqCst), 1);
-    // The plain archive, read to its end (which the session closes on v5).
+    for _ in 0..2 {
+        executor
+            .copy_in(&RunHandle::in_container("job"), checkout.path(), "/cache")
+            .await
+            .unwrap();
+    }
+    let argvs = argvs.lock().unwrap().clone();
+    // The first says it comes plain; the next is `tar x` alone.
+    assert_eq!(argvs.len(), 2, "{argvs:?}");
+    assert_eq!(argvs[0][..3], ["sh", "-c", crate::framed::PLAIN_OR_FRAMED]);
+    assert_eq!(argvs[1], ["tar", "x", "-o", "-C", "/cache"]);
+    // The plain archives, each read to its end (which the session closes
+    // on v5), the first after its line.
     let stdin = tar_stdin.lock().unwrap();
+    let archives = &stdin[b"plain\n".len()..];
+    assert!(stdin.starts_with(b"plain\n"));
     assert!(
-        stdin.len() >= 1024 && stdin.len() % 512 == 0,
+        archives.len() >= 2048 && archives.len() % 512 == 0,
         "{}",
-        stdin.len()
+        archives.len()
     );
 }
 
@@ -95,7 +111,7 @@ async fn compressed_copies_go_through_gzip_where_the_image_has_it_and_plain_wher
         cluster.expect_exec().returning(move |_, _, argv, stdin| {
             assert!(stdin, "no exec of its own asks for gzip: {argv:?}");
             unpacked.lock().unwrap().push(argv.to_vec());
-            let probing = argv.get(2).is_some_and(|a| a.contains("command -v gzip"));
+            let probing = argv.iter().any(|a| a.contains("command -v gzip"));
             if probing && !has_gzip {
                 return Ok(scripted(true, "", Ended::Exited(97), &Stdin::default()));
             }
@@ -119,14 +135,20 @@ async fn compressed_copies_go_through_gzip_where_the_image_has_it_and_plain_wher
         let unpacks = unpacks.lock().unwrap();
         let stdin = tar_stdin.lock().unwrap();
         let plain_gzip = r#"gzip -dc | tar x -o -C "$0""#;
+        // The first, sent before the protocol is known, in the line's
+        // wrapper (`sh -c PLAIN_OR_FRAMED sh` in front).
         assert!(
-            unpacks[0][2].starts_with("command -v gzip") && unpacks[0][2].ends_with(plain_gzip),
+            unpacks[0][6].starts_with("command -v gzip") && unpacks[0][6].ends_with(plain_gzip),
             "the first copy looks for gzip itself: {unpacks:?}"
         );
         if has_gzip {
             assert_eq!(unpacks.len(), 2, "{unpacks:?}");
             assert_eq!(unpacks[1][2], plain_gzip, "gzip is looked for once");
-            assert_eq!(&stdin[..2], &[0x1f, 0x8b], "a gzip stream");
+            assert_eq!(
+                &stdin[..8],
+                b"plain\n\x1f\x8b",
+                "a gzip stream after the line"
+            );
             assert!(stdin.len() < 2 * 10_000, "{}", stdin.len());
         } else {
             assert_eq!(unpacks.len(), 3, "the first copy again, plain: {unpacks:?}");
