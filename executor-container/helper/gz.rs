@@ -31,8 +31,12 @@ use deflate::{block, Bits};
 
 const READ: usize = 0;
 const WRITE: usize = 1;
+const POLL: usize = 7;
 const EXIT: usize = 60;
 const EINTR: isize = -4;
+const EAGAIN: isize = -11;
+const POLLIN: u32 = 1;
+const POLLOUT: u32 = 4;
 
 /// How far back a match may point (deflate's window).
 const WINDOW: usize = 32768;
@@ -84,21 +88,28 @@ fn exit(code: usize) -> ! {
     loop {}
 }
 
+/// Waits until `fd` is ready for `events`: a descriptor made
+/// non-blocking by whoever shares it said it was not.
+fn wait_for(fd: usize, events: u32) {
+    // struct pollfd { int fd; short events; short revents; }
+    let mut pollfd: [u32; 2] = [fd as u32, events];
+    unsafe {
+        syscall3(POLL, pollfd.as_mut_ptr() as usize, 1, usize::MAX);
+    }
+}
+
 /// Reads into `buf` until it is full or the input ends: the bytes read.
 fn fill(buf: *mut u8, len: usize) -> usize {
     let mut got = 0;
     while got < len {
         let n = unsafe { syscall3(READ, 0, buf.add(got) as usize, len - got) };
-        if n == EINTR {
-            continue;
+        match n {
+            EINTR => continue,
+            EAGAIN => wait_for(0, POLLIN),
+            0 => break,
+            n if n < 0 => exit(1),
+            n => got += n as usize,
         }
-        if n < 0 {
-            exit(1);
-        }
-        if n == 0 {
-            break;
-        }
-        got += n as usize;
     }
     got
 }
@@ -106,14 +117,15 @@ fn fill(buf: *mut u8, len: usize) -> usize {
 fn write_all(mut at: *const u8, mut len: usize) {
     while len > 0 {
         let n = unsafe { syscall3(WRITE, 1, at as usize, len) };
-        if n == EINTR {
-            continue;
+        match n {
+            EINTR => continue,
+            EAGAIN => wait_for(1, POLLOUT),
+            n if n <= 0 => exit(1),
+            n => {
+                at = unsafe { at.add(n as usize) };
+                len -= n as usize;
+            }
         }
-        if n <= 0 {
-            exit(1);
-        }
-        at = unsafe { at.add(n as usize) };
-        len -= n as usize;
     }
 }
 

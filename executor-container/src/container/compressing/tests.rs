@@ -240,3 +240,46 @@ fn the_pack_script_fails_as_tar_does() {
         .unwrap();
     assert!(!out.status.success(), "tar failed, the compressor did not");
 }
+
+/// An input made non-blocking by whoever shares it (a step can do that
+/// to a stream it shares) is waited for, not taken for an error.
+#[test]
+fn a_non_blocking_input_is_waited_for() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let Some(dir) = staged() else { return };
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    let mut child = Command::new(dir.path().join(GZ_FILE))
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nothing is sent until it has found no input: it is asleep, waiting
+    // for some, or it has given up.
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        let stat = std::fs::read_to_string(&stat).unwrap_or_default();
+        if stat
+            .rsplit(") ")
+            .next()
+            .is_some_and(|rest| rest.starts_with('S'))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "neither asleep nor ended");
+        std::thread::yield_now();
+    }
+    let input = text(300_000);
+    let sent = input.clone();
+    let writer = std::thread::spawn(move || {
+        ours.write_all(&sent)?;
+        ours.shutdown(std::net::Shutdown::Write)
+    });
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(child.wait().unwrap().success(), "it gave up on the input");
+    let _ = writer.join().unwrap();
+    assert!(inflate(&out) == input);
+}
