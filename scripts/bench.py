@@ -1024,6 +1024,10 @@ spec:
 
     def run(self):
         self.memory = []
+        # Checked before the builds: a fresh machine has no image, and a
+        # failed `docker run` half an hour in says nothing of why.
+        if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
+            sys.exit(f"bench.py: the image {IMAGE} is not on the engine; run scripts/prepare-engine.sh first (it builds it), or set KNOTLESS_TEST_IMAGE to an image that has busybox")
         if not self.quick:
             subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link", "--bin", "runner-cli", "--bin", "kube-testcluster", "--bin", "knotless-link"], cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", *([] if self.quick else ["--release"]), "-p", "executor-docker", "-p", "executor-k8s", "--example", "bare_docker_exec", "--example", "bare_kube_exec"], cwd=ROOT, check=True)

@@ -20,23 +20,15 @@
 #![no_std]
 #![no_main]
 
-use core::arch::{asm, global_asm};
-
 #[path = "gz/deflate.rs"]
 mod deflate;
-#[path = "gz/mem.rs"]
+#[path = "mem.rs"]
 mod mem;
+#[path = "sys.rs"]
+mod sys;
 
 use deflate::{block, Bits};
-
-const READ: usize = 0;
-const WRITE: usize = 1;
-const POLL: usize = 7;
-const EXIT: usize = 60;
-const EINTR: isize = -4;
-const EAGAIN: isize = -11;
-const POLLIN: u32 = 1;
-const POLLOUT: u32 = 4;
+use sys::{exit, read_some};
 
 /// How far back a match may point (deflate's window).
 const WINDOW: usize = 32768;
@@ -58,74 +50,24 @@ static mut SYMS: [u32; SYMBOLS] = [0; SYMBOLS];
 static mut OUT: [u8; OUT_LEN + 64] = [0; OUT_LEN + 64];
 static mut CRC: [[u32; 256]; 8] = [[0; 256]; 8];
 
-global_asm!(
-    ".globl _start",
-    "_start:",
-    "xor ebp, ebp",
-    "mov rdi, rsp",
-    "and rsp, -16",
-    "call {entry}",
-    "ud2",
-    entry = sym entry,
-);
-
-unsafe fn syscall3(n: usize, a: usize, b: usize, c: usize) -> isize {
-    let r: isize;
-    asm!(
-        "syscall",
-        inlateout("rax") n as isize => r,
-        in("rdi") a, in("rsi") b, in("rdx") c,
-        lateout("rcx") _, lateout("r11") _,
-        options(nostack),
-    );
-    r
-}
-
-fn exit(code: usize) -> ! {
-    unsafe {
-        syscall3(EXIT, code, 0, 0);
-    }
-    loop {}
-}
-
-/// Waits until `fd` is ready for `events`: a descriptor made
-/// non-blocking by whoever shares it said it was not.
-fn wait_for(fd: usize, events: u32) {
-    // struct pollfd { int fd; short events; short revents; }
-    let mut pollfd: [u32; 2] = [fd as u32, events];
-    unsafe {
-        syscall3(POLL, pollfd.as_mut_ptr() as usize, 1, usize::MAX);
-    }
-}
-
 /// Reads into `buf` until it is full or the input ends: the bytes read.
 fn fill(buf: *mut u8, len: usize) -> usize {
     let mut got = 0;
     while got < len {
-        let n = unsafe { syscall3(READ, 0, buf.add(got) as usize, len - got) };
-        match n {
-            EINTR => continue,
-            EAGAIN => wait_for(0, POLLIN),
-            0 => break,
-            n if n < 0 => exit(1),
-            n => got += n as usize,
+        match read_some(0, unsafe { buf.add(got) }, len - got) {
+            Some(0) => break,
+            Some(n) => got += n,
+            None => exit(1),
         }
     }
     got
 }
 
-fn write_all(mut at: *const u8, mut len: usize) {
-    while len > 0 {
-        let n = unsafe { syscall3(WRITE, 1, at as usize, len) };
-        match n {
-            EINTR => continue,
-            EAGAIN => wait_for(1, POLLOUT),
-            n if n <= 0 => exit(1),
-            n => {
-                at = unsafe { at.add(n as usize) };
-                len -= n as usize;
-            }
-        }
+/// Writes `len` bytes from `at` to the output, or ends the program: a
+/// compressed stream with a hole is worth nothing.
+fn write_all(at: *const u8, len: usize) {
+    if !sys::write_all(1, at, len) {
+        exit(1)
     }
 }
 
@@ -301,9 +243,4 @@ extern "C" fn entry(_stack: *const usize) -> ! {
     bits.bytes(&size.to_le_bytes());
     bits.flush();
     exit(0)
-}
-
-#[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! {
-    exit(101)
 }

@@ -27,39 +27,49 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2; _ktee=\n";
 /// one the environment or the step already exported (`d`, `key`) would
 /// reach the step with the start's value.
 ///
-/// The step writes into two pipes; a copier on each sends its stream on
-/// to the exec and, through a pipe without a name (fd 5), into a
-/// recorder. The copier is the channel's `knotless-tee` where it found
-/// one that runs (`$_ktee`, [`super::tee`]), which reads the step's pipe
-/// in pieces of up to 64 KiB, and otherwise the image's `tee` (writing to
-/// `/proc/self/fd/5`) through a `dd` that joins tee's small writes into
-/// reads of up to 64 KiB, so a loud step reaches the runner in large
-/// pieces, as it did when it wrote to the exec itself (without it, 512
-/// MiB went through Docker at 51 MB/s against 78). The tee and its `dd`
-/// cost 1.07 ms a stream in a busybox container (the `tee` is an exec of
-/// the whole busybox), `knotless-tee` 0.2 ms. The recorder writes it
-/// in pieces of [`CHUNK`](super::CHUNK) bytes, `PREFIX.out.N` and `PREFIX.err.N` (N
-/// from 0), and removes the oldest so that the last 64 to 80 MiB of each
-/// stream are kept. Pieces soon removed seldom reach the disk at all, so
-/// a loud step is not held to the disk's speed. A piece `dd` could not
-/// fill (its count, in the words POSIX gives it) is the stream's last.
+/// The step writes into two pipes. Where the channel found a
+/// `knotless-tee` that runs (`$_ktee`, [`super::tee`]), that one process
+/// reads both in pieces of up to 64 KiB as they come, sends each on to
+/// the exec (fds 3 and 4) and writes it into the stream's record, and
+/// removes the files of the steps before while the pipes are idle:
+/// one fork and a 5 KiB exec where a `tee` and a recorder per stream
+/// were eight forks, and the step's start took 3.3 ms where it took 3.9
+/// in a busybox container.
+///
+/// Otherwise a copier on each pipe sends its stream on to the exec and,
+/// through a pipe without a name (fd 5), into a recorder: the image's
+/// `tee` (writing to `/proc/self/fd/5`) through a `dd` that joins tee's
+/// small writes into reads of up to 64 KiB, so a loud step reaches the
+/// runner in large pieces, as it did when it wrote to the exec itself
+/// (without it, 512 MiB went through Docker at 51 MB/s against 78). The
+/// tee and its `dd` cost 1.07 ms a stream in a busybox container (the
+/// `tee` is an exec of the whole busybox).
+///
+/// Either way a record is pieces of [`CHUNK`](super::CHUNK) bytes,
+/// `PREFIX.out.N` and `PREFIX.err.N` (N from 0), and the oldest go so
+/// that the last 64 to 80 MiB of each stream are kept. Pieces soon
+/// removed seldom reach the disk at all, so a loud step is not held to
+/// the disk's speed. A piece short of the full size is the stream's
+/// last, or the one being written. The names of the steps before are
+/// taken with globbing off: a step that names a file `stepio-*?` must not
+/// make a later start remove what it matches.
 ///
 /// Every file made or removed on the state folder's disk costs far more
 /// than a process start (0.3 to 0.7 ms on an ext4 volume, against 0.2 ms
 /// for a fork), so a step makes six: its two pipes, its pid, its status
-/// and the first piece of each stream. The stdout recorder removes the
-/// steps before, while the step runs.
+/// and the first piece of each stream. The steps before's go while the
+/// step runs.
 ///
-/// A loud stream's recorder, and the `tee`'s joining `dd` (what holds
-/// fd 5 on the recorder's pipe, but for the copier, which reads the
-/// step's pipe), go to the lowest priority once it starts its second
-/// piece (`renice`, where the image has it; only for a stream past 8
-/// MiB): they yield to the step, and under load the output gathers in
-/// the pipes, so it goes on in large pieces (a 512 MiB step through
-/// `docker exec` cost dockerd, the shim and the client about a fifth less
-/// CPU) while an idle machine still sends each line at once. The copier
-/// keeps its priority: a reniced `tee` took a fifth to a quarter off a
-/// loud step's throughput.
+/// With the image's `tee`, a loud stream's recorder and the `tee`'s
+/// joining `dd` (what holds fd 5 on the recorder's pipe, but for the
+/// copier, which reads the step's pipe), go to the lowest priority once
+/// it starts its second piece (`renice`, where the image has it; only for
+/// a stream past 8 MiB): they yield to the step, and under load the
+/// output gathers in the pipes, so it goes on in large pieces (a 512 MiB
+/// step through `docker exec` cost dockerd, the shim and the client
+/// about a fifth less CPU) while an idle machine still sends each line at
+/// once. The copier keeps its priority: a reniced `tee` took a fifth to a
+/// quarter off a loud step's throughput.
 ///
 /// The sampler waits with `usleep` where the image has it: busybox runs
 /// it in the forked shell, where its `sleep` is an exec of itself (0.2 ms
@@ -71,11 +81,11 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2; _ktee=\n";
 ///
 /// The step has ended when its shell has: its status is written once the
 /// recorders have all it wrote, unless a process it left behind still
-/// holds its output (`sleep 600 &`). Then, where the copiers are
-/// `knotless-tee`, the supervisor tells them (SIGWINCH, sent again each
+/// holds its output (`sleep 600 &`). Then, where the copier is
+/// `knotless-tee`, the supervisor tells it (SIGWINCH, sent again each
 /// millisecond: a copier still being started ignores it) to send on what
-/// their pipes hold, all the step wrote, and let go of the exec's
-/// streams, waits until they have (polling `/proc`, up to 2 s: this is
+/// the pipes hold, all the step wrote, and let go of the exec's
+/// streams, waits until it has (polling `/proc`, up to 2 s: this is
 /// the rare case), and ends the streams with the marks, so the step ends
 /// as any other with every byte it wrote, and nothing the leftover writes
 /// after reaches the exec. Otherwise (the image's `tee`, or copiers that
@@ -113,7 +123,7 @@ ms() {
   _kms=$((_kmn * 60000 + _kr * 1000 + 1$_kf - 1000))
 }
 record() {
-  [ -z "$3" ] || rm -f $3
+  [ -z "$3" ] || { set -f; rm -f $3; }
   i=0
   while :; do
     r=$(LC_ALL=C dd bs=1048576 count=8 iflag=fullblock of="$_kd.$1.$i" 2>&1)
@@ -130,8 +140,8 @@ record() {
   _kl=; { read -r _kl < /proc/self/stat; } 2>/dev/null; pidline "$_kl" > "$_kd.pid"; _kme=${_kl%% *}
   BEGIN
   if [ -n "$_ktee" ]; then
-    "$_ktee" "$_kme" < "$_kd.o" 5>&1 >&3 3>&- 4>&- | record out "$_kd.o" "$_kold" 3>&- 4>&- &
-    "$_ktee" "$_kme" < "$_kd.e" 5>&1 >&4 3>&- 4>&- | record err "$_kd.e" '' 3>&- 4>&- &
+    set -f; "$_ktee" "$_kme" "$_kd" $_kold < "$_kd.o" 5< "$_kd.e" &
+    set +f
   else
     { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.o" 3>&- 4>&- | dd bs=65536 >&3 3>&- 4>&-; } 5>&1 | record out "$_kd.o" "$_kold" 3>&- 4>&- &
     { (trap '' PIPE; exec tee -a /proc/self/fd/5) < "$_kd.e" 3>&- 4>&- | dd bs=65536 >&4 3>&- 4>&-; } 5>&1 | record err "$_kd.e" '' 3>&- 4>&- &
@@ -181,7 +191,7 @@ record() {
   sent=
   if [ -n "$held" ] && [ -n "$_kc" ]; then
     _kn=0; while [ "$_kn" -lt 2000 ]; do
-      _kl=; for c in $_kc; do [ ! -e "/proc/$c/fd/1" ] || { _kl=1; kill -WINCH "$c" 2>/dev/null; }; done
+      _kl=; for c in $_kc; do [ ! -e "/proc/$c/fd/3" ] || { _kl=1; kill -WINCH "$c" 2>/dev/null; }; done
       [ -n "$_kl" ] || { sent=1; break; }
       if usleep 1000 2>/dev/null; then _kn=$((_kn + 1)); elif sleep 0.01 2>/dev/null; then _kn=$((_kn + 10)); else sleep 1; _kn=$((_kn + 1000)); fi
     done

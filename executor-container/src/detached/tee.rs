@@ -20,7 +20,7 @@ use std::path::Path;
 use executor_core::ExecutorError;
 
 /// The copier's file name in the state folder.
-pub const TEE_FILE: &str = "knotless-tee";
+pub const TEE_FILE: &str = "knotless-tee.2";
 
 /// The copier itself; empty where the toolchain that built this crate
 /// could not build it (see `build.rs`).
@@ -31,7 +31,7 @@ pub const TEE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-tee"))
 /// here (the machine is x86_64, so the kernel will not hand an ELF of
 /// another machine to the shell as a script, and a line sent through it
 /// comes out whole), and to nothing otherwise.
-const PROBE: &str = r#"_ktee=; case $(uname -m 2>/dev/null) in x86_64) [ "$(echo k | DIR/FILE 5>/dev/null 2>/dev/null)" != k ] || _ktee=DIR/FILE;; esac"#;
+const PROBE: &str = r#"_ktee=; case $(uname -m 2>/dev/null) in x86_64) [ "$(echo k | DIR/FILE - '' 3>&1 4>/dev/null 5</dev/null 2>/dev/null)" != k ] || _ktee=DIR/FILE;; esac"#;
 
 /// [`PROBE`] for the state folder `state_dir`.
 pub(super) fn probe(state_dir: &str) -> String {

@@ -350,3 +350,34 @@ async fn a_dropped_channel_ends_the_task_that_carries_its_streams() {
     drop(io);
     assert!(gone.await.is_err(), "the pump was dropped, not kept");
 }
+
+#[tokio::test]
+async fn a_file_a_step_names_as_a_pattern_removes_nothing_of_a_later_step() {
+    for shell in shells() {
+        for host in [
+            HostChannel::new(&shell, &[]),
+            HostChannel::without_copier(&shell),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let channel = StepChannel::new(host);
+            let exec = HostExec::new(&shell, &[]);
+            // As a pattern, the name matches the next step's pid file,
+            // which a follow after a cut needs: the next start removes the
+            // files of the steps before, this one among them.
+            let plant = format!("touch '{}/stepio-s?.pid'", dir.path().display());
+            let (end, text, _) = through(&channel, &exec, dir.path(), "s1", &plant).await;
+            assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+            let (end, text, _) =
+                through(&channel, &exec, dir.path(), "s2", "echo two").await;
+            assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+            assert!(
+                dir.path().join("stepio-s2.pid").exists(),
+                "{shell:?}: the pid file went"
+            );
+            assert!(
+                !dir.path().join("stepio-s?.pid").exists(),
+                "{shell:?}: the planted file stayed"
+            );
+        }
+    }
+}

@@ -44,6 +44,17 @@ unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
 }
 
 #[no_mangle]
+unsafe extern "C" fn strlen(s: *const u8) -> usize {
+    let mut n = 0;
+    // A read through a volatile pointer, or the loop is lowered to a call
+    // of this very function.
+    while core::ptr::read_volatile(s.add(n)) != 0 {
+        n += 1;
+    }
+    n
+}
+
+#[no_mangle]
 unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
     memcmp(a, b, n)
 }
