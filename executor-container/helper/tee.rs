@@ -1,9 +1,9 @@
 //! `knotless-tee`: what a step's start runs in place of a `tee` and a
 //! recorder on each of the step's streams. One process takes both: it
 //! reads the step's stdout pipe (fd 0) and stderr pipe (fd 5) in pieces
-//! of up to 64 KiB as they come, writes each piece to the exec's stream
-//! (fd 3 for stdout, fd 4 for stderr) and to the stream's record in the
-//! state folder.
+//! of up to 1 MiB (each pipe asked to hold that much) as they come, and
+//! writes each piece to the exec's stream (fd 3 for stdout, fd 4 for
+//! stderr) and to the stream's record in the state folder.
 //!
 //!     knotless-tee SUPERVISOR PREFIX [OLD_FILE...]
 //!
@@ -51,7 +51,7 @@ mod mem;
 #[path = "sys.rs"]
 mod sys;
 
-use sys::{close, exit, read_some, syscall4, write_all, POLL, POLLIN, READ};
+use sys::{close, exit, read_some, syscall4, write_all, EINTR, POLL, POLLIN, READ};
 
 const OPEN: usize = 2;
 const RT_SIGACTION: usize = 13;
@@ -66,13 +66,18 @@ const SIG_BLOCK: usize = 0;
 const SFD_CLOEXEC: usize = 0o2000000;
 const O_WRONLY_CREAT_TRUNC_CLOEXEC: usize = 0o1 | 0o100 | 0o1000 | 0o2000000;
 const FIONREAD: usize = 0x541B;
+const FCNTL: usize = 72;
+const F_SETPIPE_SZ: usize = 1031;
 /// `si_code` of a signal sent by `kill`: its sender's pid is the kernel's.
 const SI_USER: i32 = 0;
 
 /// A piece of a stream's record: the follow's `C` and the runner's
 /// `CHUNK`.
 const PIECE_FILE: u64 = 8 << 20;
-const READ_MOST: usize = 65536;
+/// A read's most, and what each pipe is asked to hold: a loud step's
+/// output goes on in pieces of up to this, each a write to the exec and
+/// one to the record, where a pipe's default 64 KiB made sixteen of each.
+const READ_MOST: usize = 1 << 20;
 /// The longest PREFIX it records under; a longer one records nothing.
 const PREFIX_MOST: usize = 4000;
 
@@ -109,16 +114,17 @@ fn piece_path(
     for &b in prefix.iter().chain(suffix).chain(b".") {
         put(b)?;
     }
-    let mut div = 1u64;
+    // Division by a NonZero: no check that could panic.
+    let mut div = core::num::NonZeroU64::MIN;
     while n / div >= 10 {
-        div *= 10;
+        div = div.checked_mul(core::num::NonZeroU64::new(10)?)?;
     }
     loop {
         put(b'0' + (n / div % 10) as u8)?;
-        if div == 1 {
-            break;
+        match core::num::NonZeroU64::new(div.get() / 10) {
+            Some(next) => div = next,
+            None => break,
         }
-        div /= 10;
     }
     put(0)?;
     Some(path.as_ptr())
@@ -157,28 +163,37 @@ impl Stream {
         }
         while len > 0 {
             let Some(fd) = self.piece else { return };
-            let room = (PIECE_FILE - self.written) as usize;
-            let n = len.min(room);
+            let n = len.min((PIECE_FILE - self.written) as usize);
             if !write_all(fd, at, n) {
-                close(fd);
-                self.piece = None;
+                self.lose_record();
                 return;
             }
-            self.written += n as u64;
             at = unsafe { at.add(n) };
             len -= n;
-            if self.written == PIECE_FILE {
-                close(fd);
-                if self.index >= 9 && self.index % 2 == 1 {
-                    self.remove_piece(prefix, self.index - 9);
-                    self.remove_piece(prefix, self.index - 8);
-                }
-                self.index += 1;
-                if !self.open_piece(prefix) {
-                    return;
-                }
-            }
+            self.advance(prefix, n);
         }
+    }
+
+    fn lose_record(&mut self) {
+        if let Some(fd) = self.piece.take() {
+            close(fd);
+        }
+    }
+
+    /// Counts `n` bytes more in the piece (at most its room), and goes
+    /// on to the next once it is full.
+    fn advance(&mut self, prefix: &[u8], n: usize) {
+        self.written += n as u64;
+        if self.written < PIECE_FILE {
+            return;
+        }
+        self.lose_record();
+        if self.index >= 9 && self.index % 2 == 1 {
+            self.remove_piece(prefix, self.index - 9);
+            self.remove_piece(prefix, self.index - 8);
+        }
+        self.index += 1;
+        self.open_piece(prefix);
     }
 
     /// Reads what its pipe has and sends it on; at the pipe's end (or a
@@ -278,7 +293,7 @@ fn wait(out: Option<usize>, err: Option<usize>, sfd: Option<usize>, timeout: isi
     let mut fds: [u32; 6] = [fd(out), events, fd(err), events, fd(sfd), events];
     loop {
         let n = unsafe { syscall4(POLL, fds.as_mut_ptr() as usize, 3, timeout as usize, 0) };
-        if n == sys::EINTR {
+        if n == EINTR {
             continue;
         }
         // revents is the high half of each entry's second word.
@@ -324,9 +339,16 @@ extern "C" fn entry(stack: *const usize) -> ! {
             written: 0,
         },
     ];
-    if recording {
-        for stream in &mut streams {
+    for stream in &mut streams {
+        if recording {
             stream.open_piece(prefix);
+        }
+        // Refused past the system's or the user's pipe limits: the pipe
+        // keeps its size.
+        if let Some(fd) = stream.input {
+            unsafe {
+                syscall4(FCNTL, fd, F_SETPIPE_SZ, READ_MOST, 0);
+            }
         }
     }
     let mut old = 3;

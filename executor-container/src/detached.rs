@@ -40,9 +40,9 @@
 //!
 //! The scripts are POSIX `sh` with `mkfifo`, `tee`, `dd`, `tail`, `head`,
 //! `wc` and `cat`, and Linux's `/proc`: busybox and coreutils both have
-//! them. Where it runs, a channel's starts copy the step's streams with
-//! [`TEE_FILE`], a program of this crate's own, in place of `tee` and a
-//! `dd` (see [`stage_tee`]). Everything in the
+//! them. Where it runs, a channel's starts copy and record the step's
+//! streams with [`TEE_FILE`], a program of this crate's own, in place of
+//! `tee` and `dd` (see [`stage_tee`]). Everything in the
 //! state folder is in the step's reach, so the runner treats it as
 //! untrusted: a status is accepted only as a number from 0 to 255, and
 //! the pid the kill reads is checked (see [`executor_core::script::kill_tree`]).

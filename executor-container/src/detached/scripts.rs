@@ -29,7 +29,7 @@ pub(super) const HEAD: &str = "_kd=$0; _kkey=$2; _ktee=\n";
 ///
 /// The step writes into two pipes. Where the channel found a
 /// `knotless-tee` that runs (`$_ktee`, [`super::tee`]), that one process
-/// reads both in pieces of up to 64 KiB as they come, sends each on to
+/// reads both in pieces of up to 1 MiB as they come, sends each on to
 /// the exec (fds 3 and 4) and writes it into the stream's record, and
 /// removes the files of the steps before while the pipes are idle:
 /// one fork and a 5 KiB exec where a `tee` and a recorder per stream

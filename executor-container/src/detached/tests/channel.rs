@@ -367,8 +367,7 @@ async fn a_file_a_step_names_as_a_pattern_removes_nothing_of_a_later_step() {
             let plant = format!("touch '{}/stepio-s?.pid'", dir.path().display());
             let (end, text, _) = through(&channel, &exec, dir.path(), "s1", &plant).await;
             assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
-            let (end, text, _) =
-                through(&channel, &exec, dir.path(), "s2", "echo two").await;
+            let (end, text, _) = through(&channel, &exec, dir.path(), "s2", "echo two").await;
             assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
             assert!(
                 dir.path().join("stepio-s2.pid").exists(),

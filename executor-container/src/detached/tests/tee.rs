@@ -49,7 +49,13 @@ fn the_probe_takes_a_copier_that_copies_and_nothing_else() {
 
 /// Runs the copier in `dir` with `out` and `err` on its pipes' fds (0
 /// and 5), `prefix` as its record's, then `redirects`; its exit status.
-fn copy(dir: &Path, out: &Path, err: &Path, prefix: &str, redirects: &str) -> std::process::ExitStatus {
+fn copy(
+    dir: &Path,
+    out: &Path,
+    err: &Path,
+    prefix: &str,
+    redirects: &str,
+) -> std::process::ExitStatus {
     Command::new("sh")
         .arg("-c")
         .arg(format!("\"$0\" - \"$3\" < \"$1\" 5< \"$2\" {redirects}"))
@@ -112,24 +118,42 @@ fn a_record_is_pieces_of_the_chunk_size_and_keeps_the_last_of_a_long_stream() {
     let out_in = dir.path().join("out-in");
     std::fs::write(&out_in, &out).unwrap();
     let prefix = dir.path().join("step").display().to_string();
-    let status = copy(dir.path(), &out_in, Path::new("/dev/null"), &prefix, "3>/dev/null 4>/dev/null");
+    let status = copy(
+        dir.path(),
+        &out_in,
+        Path::new("/dev/null"),
+        &prefix,
+        "3>/dev/null 4>/dev/null",
+    );
     assert!(status.success(), "{status}");
     for gone in 0..4 {
-        assert!(!Path::new(&format!("{prefix}.out.{gone}")).exists(), "piece {gone} kept");
+        assert!(
+            !Path::new(&format!("{prefix}.out.{gone}")).exists(),
+            "piece {gone} kept"
+        );
     }
     for kept in 4..12 {
         let piece = std::fs::read(format!("{prefix}.out.{kept}")).unwrap();
-        assert!(piece == out[kept * chunk..(kept + 1) * chunk], "piece {kept}");
+        assert!(
+            piece == out[kept * chunk..(kept + 1) * chunk],
+            "piece {kept}"
+        );
     }
     let last = std::fs::read(format!("{prefix}.out.12")).unwrap();
     assert!(last == out[12 * chunk..], "the last piece");
-    assert_eq!(std::fs::read(format!("{prefix}.err.0")).unwrap(), b"", "an empty stream's piece");
+    assert_eq!(
+        std::fs::read(format!("{prefix}.err.0")).unwrap(),
+        b"",
+        "an empty stream's piece"
+    );
 }
 
 #[test]
 fn the_files_of_the_steps_before_go_and_nothing_a_name_matches() {
     let Some(dir) = staged() else { return };
-    let old: Vec<_> = (0..5).map(|i| dir.path().join(format!("stepio-old-{i}.pid"))).collect();
+    let old: Vec<_> = (0..5)
+        .map(|i| dir.path().join(format!("stepio-old-{i}.pid")))
+        .collect();
     for file in &old {
         std::fs::write(file, "1").unwrap();
     }
@@ -138,7 +162,11 @@ fn the_files_of_the_steps_before_go_and_nothing_a_name_matches() {
     std::fs::write(&live, "kept").unwrap();
     let pattern = dir.path().join("stepio-new.ou?.0");
     std::fs::write(&pattern, "").unwrap();
-    let list: Vec<String> = old.iter().chain([&pattern]).map(|f| f.display().to_string()).collect();
+    let list: Vec<String> = old
+        .iter()
+        .chain([&pattern])
+        .map(|f| f.display().to_string())
+        .collect();
     let out = Command::new("sh")
         .arg("-c")
         .arg("set -f; \"$0\" - '' $1 < /dev/null 5< /dev/null 3>/dev/null 4>/dev/null")
@@ -176,11 +204,23 @@ fn a_broken_exec_stream_or_record_leaves_the_rest_whole_and_the_step_unblocked()
     // No record (its folder gone): the exec's stream still gets all.
     let live = dir.path().join("live");
     let nowhere = dir.path().join("no-such-folder/step").display().to_string();
-    let status = copy(dir.path(), &input, Path::new("/dev/null"), &nowhere, &format!("3> '{}' 4>/dev/null", live.display()));
+    let status = copy(
+        dir.path(),
+        &input,
+        Path::new("/dev/null"),
+        &nowhere,
+        &format!("3> '{}' 4>/dev/null", live.display()),
+    );
     assert!(status.success(), "{status}");
     assert!(std::fs::read(&live).unwrap() == bytes, "live");
 
     // Neither: it reads to the end, so the step writing never blocks.
-    let status = copy(dir.path(), &input, Path::new("/dev/null"), &nowhere, "3>&- 4>&-");
+    let status = copy(
+        dir.path(),
+        &input,
+        Path::new("/dev/null"),
+        &nowhere,
+        "3>&- 4>&-",
+    );
     assert!(status.success(), "{status}");
 }
