@@ -78,7 +78,7 @@ const PIECE_FILE: u64 = 8 << 20;
 /// output goes on in pieces of up to this, each a write to the exec and
 /// one to the record, where a pipe's default 64 KiB made sixteen of each.
 const READ_MOST: usize = 1 << 20;
-/// The longest PREFIX it records under; a longer one records nothing.
+/// The longest PREFIX a piece's path takes; a longer one records nothing.
 const PREFIX_MOST: usize = 4000;
 
 static mut BUF: [u8; READ_MOST] = [0; READ_MOST];
@@ -247,6 +247,13 @@ fn arg(argv: *const *const u8, i: usize) -> &'static [u8] {
     unsafe { core::slice::from_raw_parts(at, len) }
 }
 
+/// Removes the file argument `i` names.
+fn remove(argv: *const *const u8, i: usize) {
+    unsafe {
+        syscall4(UNLINK, *argv.add(i) as usize, 0, 0, 0);
+    }
+}
+
 /// The supervisor's pid: digits only, else none.
 fn supervisor(word: &[u8]) -> Option<u32> {
     let mut pid: u32 = 0;
@@ -318,9 +325,8 @@ extern "C" fn entry(stack: *const usize) -> ! {
     } else {
         None
     };
+    // A prefix too long for a path opens no piece, so records nothing.
     let prefix = if argc > 2 { arg(argv, 2) } else { b"" };
-    let recording = !prefix.is_empty() && prefix.len() <= PREFIX_MOST;
-    let prefix = if recording { prefix } else { b"" };
     let mut streams = [
         Stream {
             input: Some(0),
@@ -340,7 +346,7 @@ extern "C" fn entry(stack: *const usize) -> ! {
         },
     ];
     for stream in &mut streams {
-        if recording {
+        if !prefix.is_empty() {
             stream.open_piece(prefix);
         }
         // Refused past the system's or the user's pipe limits: the pipe
@@ -356,16 +362,13 @@ extern "C" fn entry(stack: *const usize) -> ! {
         let sfd = watch.map(|(_, fd)| fd);
         let (out, err) = (streams[0].input, streams[1].input);
         // The steps before's files go while nothing waits to be copied.
-        let mut ready = wait(out, err, sfd, if old < argc { 0 } else { -1 });
+        let ready = wait(out, err, sfd, if old < argc { 0 } else { -1 });
         if !(ready.out || ready.err || ready.signal) {
             if old < argc {
-                unsafe {
-                    syscall4(UNLINK, *argv.add(old) as usize, 0, 0, 0);
-                }
+                remove(argv, old);
                 old += 1;
-                continue;
             }
-            ready = wait(out, err, sfd, -1);
+            continue;
         }
         if ready.signal {
             if let Some((pid, sfd)) = watch {
@@ -392,11 +395,8 @@ extern "C" fn entry(stack: *const usize) -> ! {
         }
     }
     // A step that ended at once left no idle time for them.
-    while old < argc {
-        unsafe {
-            syscall4(UNLINK, *argv.add(old) as usize, 0, 0, 0);
-        }
-        old += 1;
+    for old in old..argc {
+        remove(argv, old);
     }
     exit(0)
 }
