@@ -316,7 +316,11 @@ mod tests {
         .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
+        let path = format!(
+            "{}:{}",
+            dir.path().display(),
+            std::env::var("PATH").unwrap()
+        );
         for size in [1, 65535, 65536, 65537, 3 * 65536 + 5, FRAME, FRAME + 1] {
             let data: Vec<u8> = (0..size).map(|i| (i % 249) as u8).collect();
             let mut framed = Vec::new();
@@ -325,11 +329,18 @@ mod tests {
                 .await
                 .unwrap();
             let _ = std::fs::remove_file(&noted);
-            assert_eq!(through_the_script_with(&framed, &path), (true, data), "size {size}");
+            assert_eq!(
+                through_the_script_with(&framed, &path),
+                (true, data),
+                "size {size}"
+            );
             let blocks = std::fs::read_to_string(&noted).unwrap();
             for block in blocks.lines() {
                 let block: usize = block.parse().unwrap();
-                assert!(block <= 65536, "a dd of {block} bytes for a stream of {size}");
+                assert!(
+                    block <= 65536,
+                    "a dd of {block} bytes for a stream of {size}"
+                );
             }
         }
     }
