@@ -1047,11 +1047,11 @@ spec:
             "",
             f"Made by `scripts/bench.py{' --quick' if self.quick else ''}` on {time.strftime('%Y-%m-%d')}: {platform.machine()}, "
             f"{os.cpu_count()} cores ({cpu}), {mem} GiB, {platform.system()} {platform.release()}, engine {engine}. "
-            f"Medians of {self.reps} runs; every baseline was measured in the same run on the same engine. "
+            f"Medians of {self.reps} runs ({max(self.reps, 5) if not self.quick else 1} for the loopback transfer rows); every baseline was measured in the same run on the same engine. "
             "The k8s rows run on the project's test cluster (`tests/kube-testcluster`), whose pods are containers of the same engine.",
             "",
             "Before every timed transfer the script writes back and drops the kernel's clean caches and reads the source and the tools "
-            "back in (`settle`); the baselines write to a volume, as the executors' run folders are volumes; peak RSS is "
+            "back in, then waits until the machine's CPUs are idle (`settle`, `quiet`: a deleted file's blocks are discarded after `unlink` returns); the baselines write to a volume, as the executors' run folders are volumes; peak RSS is "
             + ("GNU time's figure for runner-cli alone." if self.gnu_time else "the child's `ru_maxrss`, an upper bound that includes this script's own peak."),
             "",
             "| measurement | where | executor | baseline in the same run | ratio | target | met | notes |",
