@@ -96,6 +96,7 @@ class Bench:
         self.can_drop_caches = os.access("/proc/sys/vm/drop_caches", os.W_OK)
         self.gnu_time = next((t for t in ["/usr/bin/time"] if os.access(t, os.X_OK)), None)
         self.links = []
+        self.noted_busy = False
 
     # -- helpers ---------------------------------------------------------
     def sh(self, cmd, shell=None):
@@ -226,7 +227,7 @@ class Bench:
         on two cores shared one of them with the discards of whatever
         came just before it, the runner's and the baseline's alike: the
         same 1 GiB copy took 3.8 s or 7.2 s. A wait that runs out is
-        counted in the notes. Quick runs (CI's) are not judged and do not
+        said once in the notes. Quick runs (CI's) are not judged and do not
         wait: a machine that is never idle would hold them for minutes."""
         def busy():
             with open("/proc/stat") as f:
@@ -242,8 +243,8 @@ class Bench:
             b1, t1 = busy()
             if (b1 - b0) / max(t1 - t0, 1) * cpus <= most:
                 return
-        self.noisy = getattr(self, "noisy", 0) + 1
-        if self.noisy == 1:
+        if not self.noted_busy:
+            self.noted_busy = True
             self.notes.append(f"A timed copy started on a machine still busy after {deadline:.0f} s of waiting for it to settle (see `quiet` in the script); such rows are noisier.")
 
     def phases(self):
