@@ -1,6 +1,7 @@
 //! Builds the helpers sent into each environment, for x86_64 Linux with
 //! no C library: `helper/tee.rs`, the step's stream copier (about 2 KiB,
-//! run at the cost of an exec of that size), and `helper/gz.rs`, the
+//! run at the cost of an exec of that size), `helper/agent.rs`, the
+//! step channel's native shell, and `helper/gz.rs`, the
 //! compressor of copies out (see their docs). Where the toolchain cannot
 //! build one (no x86_64 target, no linker), it is an empty file, and
 //! every environment uses the image's own `tee` or `gzip` instead, as
@@ -19,6 +20,14 @@ fn main() {
         "helper/tee.rs",
         "s",
         "the image's tee",
+        &out_dir,
+    );
+    // Exec'd once per channel, not per step: small before fast too.
+    build(
+        "knotless-agent",
+        "helper/agent.rs",
+        "s",
+        "the channel's shell",
         &out_dir,
     );
     build(

@@ -68,6 +68,7 @@ pub const STATE_DIR: &str = "/.knotless";
 /// `Io` naming the file that cannot be written.
 pub fn stage_helpers(dir: &std::path::Path) -> Result<(), ExecutorError> {
     crate::detached::stage_tee(dir)?;
+    crate::detached::stage_agent(dir)?;
     compressing::stage_gz(dir)
 }
 

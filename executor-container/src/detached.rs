@@ -69,13 +69,14 @@ use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
 pub use channel::{
     answer_as_channel, answer_as_dry_channel, channel_argv, is_variable_name, message_key,
-    variables_prelude, ChannelExec, ChannelIo, StepChannel, StepChannels, CHANNEL,
+    native_line, variables_prelude, ChannelExec, ChannelIo, StepChannel, StepChannels, CHANNEL,
 };
 pub use end_mark::{end_key, end_mark};
 use end_mark::{EndMarked, Ends};
 use executor_core::events::OutputStream;
 use executor_core::{ExecutorError, FailureKind, RunLog};
 
+mod agent;
 mod begin_mark;
 mod channel;
 mod end_mark;
@@ -86,6 +87,7 @@ mod marked;
 mod scripts;
 mod tee;
 
+pub use agent::{stage_agent, AGENT, AGENT_FILE};
 pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles, OOM_COUNTERS};
 use follow::{from_now, gap, killed, paused, reopened, started, status};
 pub use gated::GatedStart;

@@ -44,11 +44,13 @@ use super::scripts::HEAD;
 use super::{ungated, ExecEnd, GatedStart};
 
 mod fake;
+mod native;
 mod scan;
 
 use executor_core::script::quote;
 use executor_core::ExecutorError;
 pub use fake::{answer_as_channel, answer_as_dry_channel};
+pub use native::native_line;
 use scan::Stream;
 
 /// The channel's shell: reads a length, that many bytes of a command line
@@ -114,22 +116,27 @@ pub trait ChannelExec: Send + Sync {
 /// then carries only what is the step's own, a few hundred bytes where the
 /// whole start is 6 KB, and the channel's shell parses the start once.
 /// Between them it looks for the stream copier its starts use
-/// ([`TEE_FILE`](super::TEE_FILE) in the state folder), once.
+/// ([`TEE_FILE`](super::TEE_FILE) in the state folder), once, and where
+/// it is, becomes the agent ([`AGENT_FILE`](super::AGENT_FILE)) if that is
+/// there: the start's definition, kept as text in `$_ksrc`, goes with it
+/// for the messages it leaves to a shell.
 ///
 /// ```
 /// use executor_container::detached::{channel_argv, CHANNEL};
 /// let argv = channel_argv();
 /// assert_eq!(argv[..2], ["sh", "-c"]);
-/// assert!(argv[2].starts_with("_kstart() {") && argv[2].ends_with(CHANNEL));
+/// assert!(argv[2].starts_with("_ksrc='_kstart() {") && argv[2].ends_with(CHANNEL));
 /// ```
 pub fn channel_argv() -> Vec<String> {
+    let state = crate::container::STATE_DIR;
     vec![
         "sh".into(),
         "-c".into(),
         format!(
-            "_kstart() {{\n{}\n}}\n{}\n{CHANNEL}",
-            start_body(),
-            super::tee::probe(crate::container::STATE_DIR)
+            "_ksrc={}\neval \"$_ksrc\"\n{}\n{}\n{CHANNEL}",
+            quote(&format!("_kstart() {{\n{}\n}}", start_body())),
+            super::tee::probe(state),
+            super::agent::hand_over(state),
         ),
     ]
 }
@@ -209,7 +216,12 @@ impl StepChannel {
         };
         // What is the step's own: its shell's flags and its prelude.
         let own = text.strip_prefix(HEAD)?.strip_suffix(start_body())?;
-        let mut command = format!(": {key}\n(");
+        let mut command = format!(": {key}\n");
+        if let Some(line) = native_line(&key, prefix, script, own, working_dir) {
+            command.push_str(&line);
+            command.push('\n');
+        }
+        command.push('(');
         if let Some(dir) = working_dir {
             // A folder it cannot enter starts nothing: no begin mark, so
             // the start is taken for a cut and made on its own exec.

@@ -75,6 +75,14 @@ impl HostChannel {
         Self::staged(shell, &[], false)
     }
 
+    /// A channel whose state folder has the copier but not the agent, as
+    /// one a runner of an older build made: its shell starts the steps.
+    pub(super) fn without_agent(shell: &[&str]) -> Arc<Self> {
+        let channel = Self::staged(shell, &[], true);
+        std::fs::remove_file(channel.copier.path().join(AGENT_FILE)).unwrap();
+        channel
+    }
+
     /// A channel whose copier takes 300 ms to start (a wrapper that waits,
     /// then execs it): a step that ends at once ends before it.
     pub(super) fn with_slow_copier(shell: &[&str]) -> Arc<Self> {
@@ -95,6 +103,7 @@ impl HostChannel {
         let copier = tempfile::tempdir().unwrap();
         if copier_staged {
             stage_tee(copier.path()).unwrap();
+            stage_agent(copier.path()).unwrap();
         }
         Arc::new(HostChannel {
             shell: shell.iter().map(|s| s.to_string()).collect(),
@@ -111,10 +120,12 @@ impl ChannelExec for HostChannel {
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
         self.opens.fetch_add(1, Ordering::SeqCst);
         let mut argv = argv.to_vec();
-        argv[2] = argv[2].replace(
-            &format!("{}/{TEE_FILE}", crate::container::STATE_DIR),
-            &self.copier.path().join(TEE_FILE).display().to_string(),
-        );
+        for file in [TEE_FILE, AGENT_FILE] {
+            argv[2] = argv[2].replace(
+                &format!("{}/{file}", crate::container::STATE_DIR),
+                &self.copier.path().join(file).display().to_string(),
+            );
+        }
         argv.splice(0..1, self.shell.iter().cloned());
         let mut child = tokio::process::Command::new(&argv[0])
             .args(&argv[1..])

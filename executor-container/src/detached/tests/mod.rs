@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod agent;
 mod channel;
 mod cuts;
 mod ends;

@@ -1,0 +1,63 @@
+//! `knotless-agent`, the step channel's shell made native: a program of
+//! this crate's own (`helper/agent.rs`, built for x86_64 Linux with no C
+//! library) sent into the state folder with the copier. A channel that
+//! finds it (and the copier) runs there execs it in place of its shell's
+//! loop; it reads the same messages, and starts a step from the fields of
+//! its native line ([`native_line`](super::native_line)) with a fork
+//! each for the supervisor, the copier and the step, and the step's `sh`
+//! as the only exec, where the shell's start made nine forks and execs
+//! (3.2 ms of a step in a busybox container). It writes the same files
+//! and marks as the shell's start: a follow, a kill or a resume is the
+//! same for both. A second start, or a message it cannot read, goes to
+//! the shell's start, which the channel passes it.
+//!
+//! It is in the step's reach as the copier is (a step running as root
+//! may replace it): a step's end is trusted only as far as its marks'
+//! key, which a step never sees.
+
+use std::path::Path;
+
+use executor_core::ExecutorError;
+
+/// The agent's file name in the state folder. The `.1` is its command
+/// line's and messages' version: a runner that speaks another finds none
+/// there, and its channels use their shell.
+pub const AGENT_FILE: &str = "knotless-agent.1";
+
+/// The agent itself; empty where the toolchain that built this crate
+/// could not build it (see `build.rs`).
+pub const AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-agent"));
+
+/// What a channel's shell runs once it found the copier (`$_ktee`, see
+/// [`super::tee`]), with the state folder for `DIR`: where the agent is
+/// there, the shell becomes it, passing its start's definition
+/// (`$_ksrc`) and the copier for what the agent leaves to the shell.
+/// The copier's probe ran a program of this build in the folder: the
+/// agent runs where it does.
+const HAND_OVER: &str = r#"[ -z "$_ktee" ] || [ ! -x DIR/FILE ] || exec DIR/FILE "$_ksrc
+_ktee=$_ktee
+eval \"\$1\"" MAX"#;
+
+/// [`HAND_OVER`] for the state folder `state_dir`.
+pub(super) fn hand_over(state_dir: &str) -> String {
+    HAND_OVER
+        .replace("DIR", state_dir)
+        .replace("FILE", AGENT_FILE)
+        .replace("MAX", &executor_core::usage::MARKED_MAX.to_string())
+}
+
+/// Writes the agent into `dir`, a folder staged to be sent in as the
+/// state folder, as an executable file; nothing when this build has none.
+///
+/// ```
+/// use executor_container::detached::{stage_agent, AGENT, AGENT_FILE};
+/// let dir = tempfile::tempdir().unwrap();
+/// stage_agent(dir.path()).unwrap();
+/// assert_eq!(dir.path().join(AGENT_FILE).exists(), !AGENT.is_empty());
+/// ```
+///
+/// # Errors
+/// `Io` naming the file when it cannot be written.
+pub fn stage_agent(dir: &Path) -> Result<(), ExecutorError> {
+    crate::container::stage_executable(dir, AGENT_FILE, AGENT, "writing the step agent")
+}

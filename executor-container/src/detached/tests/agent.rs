@@ -1,0 +1,103 @@
+//! The channel's agent (`knotless-agent`): steps it starts itself, the
+//! shell's start where it has none, and a second start of a step it
+//! leaves to the shell, which follows the first.
+
+use super::channel::{through, HostChannel};
+use super::*;
+
+/// The command line of the step's parent, its supervisor.
+const PARENT: &str = "tr '\\0' ' ' < /proc/$PPID/cmdline";
+
+#[tokio::test]
+async fn the_agent_supervises_steps_without_a_shell_of_its_own() {
+    if AGENT.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = StepChannel::new(HostChannel::new(&shell, &[]));
+        let exec = HostExec::new(&shell, &[]);
+        let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "s0", PARENT).await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        let parent = out.split(' ').next().unwrap_or_default();
+        assert!(
+            parent.ends_with(AGENT_FILE),
+            "{shell:?}: the step's parent is {out:?}"
+        );
+        // Its variables, set from the prelude's records, reach it alone.
+        let files = StepFiles::new(&dir.path().display().to_string(), "s1");
+        let prelude = "export A='it'\\''s'; export B=\"$HOME\"; unset HOME; ";
+        let start = files.gated_start_argv(
+            prelude,
+            Script::Inline("echo \"$A|$B|${HOME-unset}\"; echo $$ > pid"),
+        );
+        let (log, text) = RunLog::memory();
+        let outputs = Outputs::attach(&log);
+        let gate = channel.start(start.clone(), Some(&dir.path().display().to_string()));
+        let end = run_step_released(
+            &exec,
+            &files,
+            &start,
+            gate,
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap();
+        log.flush(Duration::from_secs(30)).await;
+        let home = std::env::var("HOME").unwrap_or_default();
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {}", text.text());
+        assert_eq!(outputs.get().0, format!("it's|{home}|unset\n"), "{shell:?}");
+        assert!(
+            dir.path().join("pid").exists(),
+            "{shell:?}: it ran in its folder"
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_the_agent_the_channels_shell_starts_steps() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = StepChannel::new(HostChannel::without_agent(&shell));
+        let exec = HostExec::new(&shell, &[]);
+        for i in 0..2 {
+            let script = format!("{PARENT}; echo err {i} >&2; exit {i}");
+            let (end, text, (out, err)) =
+                through(&channel, &exec, dir.path(), &format!("s{i}"), &script).await;
+            assert_eq!(end, StepEnd::Exited(i), "{shell:?}: {text}");
+            let parent = out.split(' ').next().unwrap_or_default();
+            assert!(
+                !parent.ends_with(AGENT_FILE) && out.contains(" -c "),
+                "{shell:?}: {out:?}"
+            );
+            assert_eq!(err, format!("err {i}\n"), "{shell:?}: {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_second_start_through_the_agent_follows_the_first() {
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = StepChannel::new(HostChannel::new(&shell, &[]));
+        let exec = HostExec::new(&shell, &[]);
+        let runs = dir.path().join("runs");
+        let script = format!("echo ran >> '{}'; echo once; exit 4", runs.display());
+        let script = script.as_str();
+        let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "s0", script).await;
+        assert_eq!(
+            (end, out.as_str()),
+            (StepEnd::Exited(4), "once\n"),
+            "{shell:?}: {text}"
+        );
+        // The same start again (its message sent twice): the pipes are
+        // there, so it is the first's follow, not a second run.
+        let (end, text, (out, _)) = through(&channel, &exec, dir.path(), "s0", script).await;
+        assert_eq!(end, StepEnd::Exited(4), "{shell:?}: {text}");
+        assert_eq!(out, "once\n", "{shell:?}: {text}");
+        let runs = std::fs::read_to_string(&runs).unwrap();
+        assert_eq!(runs, "ran\n", "{shell:?}: the step ran once");
+    }
+}
