@@ -4,7 +4,7 @@
 //! `#knotless-end`; anything else ends it) and answers each with the
 //! same done notice. A message's second line, `#knotless-native HEX`,
 //! carries the step in fields ([`Step`]); the agent runs it itself (see
-//! `agent/step.rs`), where the shell's start made nine forks and execs
+//! `agent/step.rs`), where the shell's start made eight forks and three execs
 //! before the step's own `sh` (a subshell, `mkfifo`, the supervisor, the
 //! copier, a command substitution, the sampler...): 3.2 ms of a step in
 //! a busybox container. A message without that line, or with one it
@@ -15,6 +15,10 @@
 //!
 //! SHELL_START is a `sh -c` script that runs the message in `$1` (it
 //! defines the start); USAGE_MAX the longest usage an end mark carries.
+//!
+//! It and every process it forks but the step are not dumpable: a
+//! process of the step's user cannot read their memory or descriptors,
+//! where the end marks' keys are.
 //!
 //! Built by `build.rs` for x86_64 Linux with no C library, as the copier
 //! (`tee.rs`), whose code its copier process runs.
@@ -206,6 +210,13 @@ extern "C" fn entry(stack: *const usize) -> ! {
     };
     // A child it makes is waited for, never reaped behind its back.
     set_signal(SIGCHLD, SIG_DFL);
+    // Not dumpable: the messages (the keys of the end marks among them)
+    // and its descriptors are out of reach of the step's processes, of
+    // its user and without CAP_SYS_PTRACE (`/proc/PID/fd`, `mem`,
+    // `environ`). Its forks inherit it; the step's exec clears it.
+    unsafe {
+        sys::syscall4(PRCTL, PR_SET_DUMPABLE, 0, 0, 0);
+    }
     let mut input = Input { have: 0, at: 0 };
     loop {
         let Some(n) = input.length() else { exit(0) };

@@ -42,7 +42,9 @@
 //! `wc` and `cat`, and Linux's `/proc`: busybox and coreutils both have
 //! them. Where it runs, a channel's starts copy and record the step's
 //! streams with [`TEE_FILE`], a program of this crate's own, in place of
-//! `tee` and `dd` (see [`stage_tee`]). Everything in the
+//! `tee` and `dd` (see [`stage_tee`]), and the channel's shell hands over
+//! to [`AGENT_FILE`], which starts steps without a shell of its own (see
+//! [`stage_agent`]). Everything in the
 //! state folder is in the step's reach, so the runner treats it as
 //! untrusted: a status is accepted only as a number from 0 to 255, and
 //! the pid the kill reads is checked (see [`executor_core::script::kill_tree`]).

@@ -329,3 +329,33 @@ async fn an_untrusted_runs_network_goes_with_a_stop_or_cleanup_by_another_runner
         assert_nothing_left(&next, &fx.runner).await;
     }
 }
+
+/// The channel's agent and a step's supervisor hold the keys of the end
+/// marks (the supervisor its step's, the agent every message's): a
+/// process of the step's own user, even root without `CAP_SYS_PTRACE`,
+/// cannot read their descriptors or environment, as it can its own.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_cannot_read_its_supervisors_or_the_channels_descriptors() {
+    let backend = docker(common::options()).await;
+    let fx = Fixture::new("keys");
+    let probe = r#"readlink /proc/$$/fd/0 > /dev/null && echo own-readable
+for p in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do
+  readlink /proc/$p/fd/0 > /dev/null 2>&1 && echo "fd of $p exposed"
+  cat /proc/$p/environ > /dev/null 2>&1 && echo "environ of $p exposed"
+done
+echo probed"#;
+    let spec = fx.spec(&backend, "keys").step(Step::new("probe", probe));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(
+        text.contains("own-readable\n") && text.contains("probed\n"),
+        "{text}"
+    );
+    assert!(!text.contains("exposed"), "{text}");
+    assert_nothing_left(&backend, &fx.runner).await;
+}

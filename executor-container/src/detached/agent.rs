@@ -5,7 +5,7 @@
 //! loop; it reads the same messages, and starts a step from the fields of
 //! its native line ([`native_line`](super::native_line)) with a fork
 //! each for the supervisor, the copier and the step, and the step's `sh`
-//! as the only exec, where the shell's start made nine forks and execs
+//! as the only exec, where the shell's start made eight forks and three execs
 //! (3.2 ms of a step in a busybox container). It writes the same files
 //! and marks as the shell's start: a follow, a kill or a resume is the
 //! same for both. A second start, or a message it cannot read, goes to
