@@ -271,12 +271,13 @@ fn step_env(step: &Step, envp: *const *const u8) -> *const *const u8 {
             }
         }
         count = kept;
+        // What went must not be found by a later record's lookup.
+        slots[count] = core::ptr::null();
         let entry = match kind {
             b'e' => value.as_ptr(),
             b'r' => {
                 let var = value.get(name.len() + 1..).unwrap_or_default();
                 let set = lookup(slots.as_ptr(), var).unwrap_or_default();
-                // `slots` is NULL-terminated for the lookup below.
                 let Some(room) = buf.get_mut(used..used + name.len() + set.len() + 2) else { continue };
                 room[..name.len()].copy_from_slice(name);
                 room[name.len()] = b'=';

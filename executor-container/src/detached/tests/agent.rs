@@ -26,10 +26,12 @@ async fn the_agent_supervises_steps_without_a_shell_of_its_own() {
         );
         // Its variables, set from the prelude's records, reach it alone.
         let files = StepFiles::new(&dir.path().display().to_string(), "s1");
-        let prelude = "export A='it'\\''s'; export B=\"$HOME\"; unset HOME; ";
+        // A variable unset before it is read is empty, as in a shell.
+        let prelude =
+            "export A='it'\\''s'; export B=\"$HOME\"; unset HOME; export D='gone'; unset D; export C=\"$D\"; ";
         let start = files.gated_start_argv(
             prelude,
-            Script::Inline("echo \"$A|$B|${HOME-unset}\"; echo $$ > pid"),
+            Script::Inline("echo \"$A|$B|${HOME-unset}|$C|${D-unset}\"; echo $$ > pid"),
         );
         let (log, text) = RunLog::memory();
         let outputs = Outputs::attach(&log);
@@ -48,7 +50,11 @@ async fn the_agent_supervises_steps_without_a_shell_of_its_own() {
         log.flush(Duration::from_secs(30)).await;
         let home = std::env::var("HOME").unwrap_or_default();
         assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {}", text.text());
-        assert_eq!(outputs.get().0, format!("it's|{home}|unset\n"), "{shell:?}");
+        assert_eq!(
+            outputs.get().0,
+            format!("it's|{home}|unset||unset\n"),
+            "{shell:?}"
+        );
         assert!(
             dir.path().join("pid").exists(),
             "{shell:?}: it ran in its folder"
