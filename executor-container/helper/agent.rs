@@ -191,6 +191,8 @@ fn shell_start(script: *const u8, text: *const u8, envp: *const *const u8) -> ! 
     if let Some(null) = open(&mut Path::of(&[b"/dev/null"]), O_RDONLY) {
         dup2(null, 0);
     }
+    // A supervisor that gave up had blocked SIGCHLD; a mask outlives exec.
+    set_mask(0);
     let argv = [b"sh\0".as_ptr(), b"-c\0".as_ptr(), script, b"sh\0".as_ptr(), text, core::ptr::null()];
     step::exec_sh(&argv, envp)
 }

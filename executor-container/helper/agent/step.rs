@@ -45,6 +45,17 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
             exit(125);
         }
     }
+    // The exec's streams as 3 and 4 too (a shell's start, if it comes to
+    // that, takes them from 1 and 2 again), before anything takes those.
+    dup2(1, 3);
+    dup2(2, 4);
+    // What could fail for want of a system call (a seccomp profile that
+    // refuses it) is made before the pipes: the shell starts the step
+    // instead, where nothing has happened yet.
+    let (Some(chld), Some((released, release))) = (signal_fd(1 << (SIGCHLD - 1)), pipe()) else {
+        fallback();
+        exit(125);
+    };
     let made = mkfifo(&mut file(step, b".o"));
     if made == EEXIST {
         fallback();
@@ -61,9 +72,7 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
         fallback();
         exit(125);
     }
-    // The exec's streams as 3 and 4; the supervisor's own words go nowhere.
-    dup2(1, 3);
-    dup2(2, 4);
+    // The supervisor's own words go nowhere.
     dup2(0, 1);
     dup2(0, 2);
     set_signal(SIGPIPE, SIG_IGN);
@@ -78,11 +87,11 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
     for fd in [3, 4] {
         say(fd, b"\0knotless-step-begin\n");
     }
-    let Some((released, release)) = pipe() else { exit(125) };
     let Some(copier_pid) = fork() else { exit(125) };
     if copier_pid == 0 {
         set_mask(0);
         close(released);
+        close(chld);
         let out = open(&mut file(step, b".o"), O_RDONLY);
         let err = open(&mut file(step, b".e"), O_RDONLY);
         let (Some(out), Some(err)) = (out, err) else { exit(1) };
@@ -98,7 +107,6 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
         write_file(&mut file(step, b".oom"), text.bytes());
     }
     let peak_before = cgroup_number(b"memory.peak", b"memory/memory.max_usage_in_bytes");
-    let Some(chld) = signal_fd(1 << (SIGCHLD - 1)) else { exit(125) };
     let Some(pid) = fork() else { exit(125) };
     if pid == 0 {
         run_step(step, envp);

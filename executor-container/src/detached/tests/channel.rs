@@ -83,10 +83,11 @@ impl HostChannel {
         channel
     }
 
-    /// A channel whose copier takes 300 ms to start (a wrapper that waits,
-    /// then execs it): a step that ends at once ends before it.
+    /// A channel whose shell starts its steps (no agent) with a copier
+    /// that takes 300 ms to start (a wrapper that waits, then execs it): a
+    /// step that ends at once ends before it.
     pub(super) fn with_slow_copier(shell: &[&str]) -> Arc<Self> {
-        let channel = Self::staged(shell, &[], true);
+        let channel = Self::without_agent(shell);
         let (dir, copier) = (channel.copier.path(), channel.copier.path().join(TEE_FILE));
         std::fs::rename(&copier, dir.join("real")).unwrap();
         let wrapper = format!(
