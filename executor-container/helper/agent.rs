@@ -244,12 +244,7 @@ extern "C" fn entry(stack: *const usize) -> ! {
         }
         let code = wait(pid, 0).map_or(125, |(status, _, _)| exit_code(status));
         let mut done = Path::of(&[b"\0knotless-channel-done "]);
-        let mut digits = [0u8; 20];
-        let at = number(u64::from(code), &mut digits);
-        for _ in (20 - at)..3 {
-            done.push(b"0");
-        }
-        done.push(&digits[at..]).push(b" ").push(key).push(b"\n");
+        done.push_status(code).push(b" ").push(key).push(b"\n");
         if !write_all(1, done.bytes().as_ptr(), done.bytes().len()) {
             exit(0);
         }

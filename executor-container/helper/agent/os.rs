@@ -84,6 +84,16 @@ impl Path {
         self.push(&digits[at..])
     }
 
+    /// An exit status as the marks and notices write it (`%03d`).
+    pub fn push_status(&mut self, code: u8) -> &mut Self {
+        let mut digits = [0u8; 20];
+        let at = number(u64::from(code), &mut digits);
+        for _ in (digits.len() - at)..3 {
+            self.push(b"0");
+        }
+        self.push(&digits[at..])
+    }
+
     /// The path for a system call: NUL-terminated, or none.
     pub fn c(&mut self) -> Option<*const u8> {
         if !self.fits || self.bytes().contains(&0) {

@@ -167,12 +167,7 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
     write_file(&mut file(step, b".status"), line.bytes());
     if !held || sent {
         let mut mark = Path::of(&[b"\0knotless-step-end "]);
-        let mut digits = [0u8; 20];
-        let at = number(u64::from(code), &mut digits);
-        for _ in (20 - at)..3 {
-            mark.push(b"0");
-        }
-        mark.push(&digits[at..]).push(b" ").push(step.key);
+        mark.push_status(code).push(b" ").push(step.key);
         if !usage.is_empty() {
             mark.push(b" ").push(usage);
         }
