@@ -228,18 +228,30 @@ impl BollardEngine {
             });
         }
         match started {
-            StartExecResults::Attached { output, input } => Ok((
-                output
-                    .map_ok(|chunk| match chunk {
-                        LogOutput::StdErr { message } => (StepStream::Stderr, message),
-                        LogOutput::StdOut { message }
-                        | LogOutput::Console { message }
-                        | LogOutput::StdIn { message } => (StepStream::Stdout, message),
-                    })
-                    .map_err(fail("reading exec output"))
-                    .boxed(),
-                input,
-            )),
+            StartExecResults::Attached { output, input } => {
+                let failed = fail("reading exec output");
+                Ok((
+                    output
+                        .map(move |chunk| match chunk {
+                            Ok(LogOutput::StdErr { message }) => Ok((StepStream::Stderr, message)),
+                            Ok(LogOutput::StdOut { message } | LogOutput::StdIn { message }) => {
+                                Ok((StepStream::Stdout, message))
+                            }
+                            // No exec here has a terminal: bollard makes a
+                            // console chunk of a frame header the stream
+                            // ended inside, and those bytes are a cut, not
+                            // the step's output (taken for it, they stood in
+                            // for the bytes a follow then skipped).
+                            Ok(LogOutput::Console { .. }) => Err(ExecutorError::backend(
+                                "reading exec output",
+                                "the stream ended inside a frame's header",
+                            )),
+                            Err(err) => Err(failed(err)),
+                        })
+                        .boxed(),
+                    input,
+                ))
+            }
             StartExecResults::Detached => Err(ExecutorError::backend(
                 format!("starting exec {exec_id}"),
                 "the engine detached an exec that asked to attach",
