@@ -54,3 +54,27 @@ pub(super) fn is_image_refusal(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
     message.contains("invalid reference format") || message.contains("no such image")
 }
+
+/// One chunk of an exec's output as the step's stream and bytes. No exec
+/// here has a terminal: bollard makes a console chunk of the bytes left
+/// when a stream ends inside a frame's header, and those are a cut, not
+/// the step's output (taken for it, they stood in for the bytes a follow
+/// then skipped).
+pub(super) fn exec_chunk(
+    chunk: Result<bollard::container::LogOutput, bollard::errors::Error>,
+    failed: &impl Fn(bollard::errors::Error) -> ExecutorError,
+) -> Result<(crate::engine::StepStream, bytes::Bytes), ExecutorError> {
+    use crate::engine::StepStream;
+    use bollard::container::LogOutput;
+    match chunk {
+        Ok(LogOutput::StdErr { message }) => Ok((StepStream::Stderr, message)),
+        Ok(LogOutput::StdOut { message } | LogOutput::StdIn { message }) => {
+            Ok((StepStream::Stdout, message))
+        }
+        Ok(LogOutput::Console { .. }) => Err(ExecutorError::backend(
+            "reading exec output",
+            "the stream ended inside a frame's header",
+        )),
+        Err(err) => Err(failed(err)),
+    }
+}

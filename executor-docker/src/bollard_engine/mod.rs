@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::{
     CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
@@ -24,11 +23,11 @@ mod networks;
 mod pull;
 
 pub use create::create_body;
-use errors::{container_gone, fail, is_image_refusal, status};
+use errors::{container_gone, exec_chunk, fail, is_image_refusal, status};
 
 use crate::engine::{
     ContainerSpec, ContainerState, Engine, ExecInput, ExecOutput, ExecSpec, ExecState, Listed,
-    OutputStream, StepStream,
+    OutputStream,
 };
 
 /// A Docker-compatible engine (Docker or podman's Docker API).
@@ -231,24 +230,7 @@ impl BollardEngine {
             StartExecResults::Attached { output, input } => {
                 let failed = fail("reading exec output");
                 Ok((
-                    output
-                        .map(move |chunk| match chunk {
-                            Ok(LogOutput::StdErr { message }) => Ok((StepStream::Stderr, message)),
-                            Ok(LogOutput::StdOut { message } | LogOutput::StdIn { message }) => {
-                                Ok((StepStream::Stdout, message))
-                            }
-                            // No exec here has a terminal: bollard makes a
-                            // console chunk of a frame header the stream
-                            // ended inside, and those bytes are a cut, not
-                            // the step's output (taken for it, they stood in
-                            // for the bytes a follow then skipped).
-                            Ok(LogOutput::Console { .. }) => Err(ExecutorError::backend(
-                                "reading exec output",
-                                "the stream ended inside a frame's header",
-                            )),
-                            Err(err) => Err(failed(err)),
-                        })
-                        .boxed(),
+                    output.map(move |chunk| exec_chunk(chunk, &failed)).boxed(),
                     input,
                 ))
             }
