@@ -34,6 +34,8 @@ mod mem;
 mod os;
 #[path = "agent/procs.rs"]
 mod procs;
+#[path = "siphash.rs"]
+mod siphash;
 #[path = "agent/step.rs"]
 mod step;
 #[path = "sys.rs"]
@@ -118,6 +120,9 @@ pub struct Step<'a> {
     /// Its prelude as shell text: run by a shell when a folder it names
     /// cannot be entered, so that the shell says why.
     pub prelude: &'a [u8],
+    /// The key its status file is signed with (`m`, 32 hex digits), if
+    /// the runner sent one.
+    pub status_key: Option<[u8; 16]>,
     records: &'a [u8],
 }
 
@@ -138,6 +143,7 @@ impl<'a> Step<'a> {
             flags_c: core::ptr::null(),
             script_c: core::ptr::null(),
             prelude: b"",
+            status_key: None,
             records: fields,
         };
         let mut offset = 0;
@@ -152,6 +158,7 @@ impl<'a> Step<'a> {
                 Some(b'f') if matches!(value, b"-ec" | b"-e") => step.flags_c = c,
                 Some(b's') => step.script_c = c,
                 Some(b'P') => step.prelude = value,
+                Some(b'm') => step.status_key = Some(siphash::key_of_hex(value)?),
                 Some(b'd' | b'e' | b'r' | b'u') | None => {}
                 Some(_) => return None,
             }
@@ -186,15 +193,35 @@ fn native_fields(message: &[u8]) -> Option<&'static [u8]> {
 }
 
 /// Runs the message (NUL-terminated `text`) through the channel's shell
-/// start, here: this process becomes that shell.
-fn shell_start(script: *const u8, text: *const u8, envp: *const *const u8) -> ! {
+/// start, here: this process becomes that shell. Its native line goes
+/// first (the shell takes it for a comment): the message is the shell's
+/// argument, which any process can read in `/proc/PID/cmdline`, and the
+/// line holds the key the status is signed with.
+fn shell_start(script: *const u8, text: &mut [u8], envp: *const *const u8) -> ! {
+    blank_native_line(text);
     if let Some(null) = open(&mut Path::of(&[b"/dev/null"]), O_RDONLY) {
         dup2(null, 0);
     }
     // A supervisor that gave up had blocked SIGCHLD; a mask outlives exec.
     set_mask(0);
-    let argv = [b"sh\0".as_ptr(), b"-c\0".as_ptr(), script, b"sh\0".as_ptr(), text, core::ptr::null()];
+    let argv = [b"sh\0".as_ptr(), b"-c\0".as_ptr(), script, b"sh\0".as_ptr(), text.as_ptr(), core::ptr::null()];
     step::exec_sh(&argv, envp)
+}
+
+/// Turns the message's second line, if it is a native line, into a bare
+/// comment of the same length.
+fn blank_native_line(text: &mut [u8]) {
+    let Some(first) = text.iter().position(|&b| b == b'\n') else { return };
+    let line = &mut text[first + 1..];
+    if !line.starts_with(b"#knotless-native ") {
+        return;
+    }
+    for b in line.iter_mut().skip(1) {
+        if *b == b'\n' || *b == 0 {
+            break;
+        }
+        *b = b'#';
+    }
 }
 
 extern "C" fn entry(stack: *const usize) -> ! {
@@ -219,6 +246,13 @@ extern "C" fn entry(stack: *const usize) -> ! {
     unsafe {
         sys::syscall4(PRCTL, PR_SET_DUMPABLE, 0, 0, 0);
     }
+    // The runner takes a channel that says this for one whose starts sign
+    // their status files, and refuses a status without a valid signature
+    // from its starts from then on.
+    let hello = b"\0knotless-channel-agent\n";
+    if !write_all(1, hello.as_ptr(), hello.len()) {
+        exit(0);
+    }
     let mut input = Input { have: 0, at: 0 };
     loop {
         let Some(n) = input.length() else { exit(0) };
@@ -231,12 +265,15 @@ extern "C" fn entry(stack: *const usize) -> ! {
         let key = {
             let rest = text.strip_prefix(b": ").unwrap_or(text);
             let hex = rest.iter().take_while(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')).count();
-            &rest[..hex]
+            Path::of(&[&rest[..hex]])
         };
         let step = native_fields(text).and_then(Step::parse);
         let Some(pid) = fork() else { exit(0) };
         if pid == 0 {
-            let fallback = || shell_start(script, message.as_ptr(), envp);
+            // The step's fields are a copy (`FIELDS`): the message is the
+            // fallback's alone.
+            let whole = message.as_mut_ptr();
+            let fallback = || shell_start(script, unsafe { core::slice::from_raw_parts_mut(whole, n + 1) }, envp);
             match &step {
                 Some(step) => step::supervise(step, envp, usage_max, &|| fallback()),
                 None => fallback(),
@@ -244,7 +281,7 @@ extern "C" fn entry(stack: *const usize) -> ! {
         }
         let code = wait(pid, 0).map_or(125, |(status, _, _)| exit_code(status));
         let mut done = Path::of(&[b"\0knotless-channel-done "]);
-        done.push_status(code).push(b" ").push(key).push(b"\n");
+        done.push_status(code).push(b" ").push(key.bytes()).push(b"\n");
         if !write_all(1, done.bytes().as_ptr(), done.bytes().len()) {
             exit(0);
         }

@@ -87,6 +87,7 @@ mod follow;
 mod gated;
 mod marked;
 mod scripts;
+mod signed;
 mod tee;
 
 pub use agent::{stage_agent, AGENT, AGENT_FILE};
@@ -97,6 +98,7 @@ use gated::{ungated, Released};
 use marked::{Counted, Marked};
 use scripts::GATE;
 pub use scripts::{FOLLOW_AGAIN, FOLLOW_GAP_STDERR, FOLLOW_GAP_STDOUT, GATE_OPEN};
+pub use signed::StatusKey;
 pub use tee::{stage_tee, TEE, TEE_FILE};
 
 /// The exit status `follow_argv`'s command exits with when the step's
@@ -225,6 +227,8 @@ pub async fn run_step_released(
     follow: Follow,
 ) -> Result<StepEnd, ExecutorError> {
     let gated = gate.is_some();
+    let mut status_key = gate.as_ref().and_then(|gate| gate.status_key());
+    let again = gate.as_ref().and_then(|gate| gate.again());
     let released = Released {
         gate: std::sync::Mutex::new(gate),
         exec,
@@ -258,10 +262,18 @@ pub async fn run_step_released(
     let first = match first {
         ExecEnd::Cut(why) if gated => match started(exec, files, follow, log, interrupt).await? {
             Some(true) => ExecEnd::Cut(why),
-            Some(false) => {
-                let plain = ungated(start);
-                marked.exec(&plain, &mut out, &mut err, interrupt).await?
-            }
+            Some(false) => match again {
+                Some(again) if status_key.as_ref().is_some_and(StatusKey::required) => {
+                    *released.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(again);
+                    marked.exec(start, &mut out, &mut err, interrupt).await?
+                }
+                _ => {
+                    // The shell starts it: no status it writes is signed.
+                    status_key = None;
+                    let plain = ungated(start);
+                    marked.exec(&plain, &mut out, &mut err, interrupt).await?
+                }
+            },
             None => return killed(exec, files).await,
         },
         other => other,
@@ -359,7 +371,9 @@ pub async fn run_step_released(
         lasted = opened.elapsed() >= LASTED;
         why = None;
         match ended {
-            ExecEnd::Exited(0) => return status(exec, files, follow, log, interrupt).await,
+            ExecEnd::Exited(0) => {
+                return status(exec, files, status_key.as_ref(), follow, log, interrupt).await
+            }
             ExecEnd::Exited(FOLLOW_LOST) if starved => {
                 return Ok(StepEnd::Lost(
                     "no status after the runner killed the step's processes, as nothing could run in the environment: the step still ran then, or never started"

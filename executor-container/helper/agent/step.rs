@@ -163,7 +163,13 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
         wait(copier_pid, 0);
     }
     let mut line = Path::new();
-    line.push_number(u64::from(code)).push(b" ").push(usage).push(b"\n");
+    line.push_number(u64::from(code)).push(b" ").push(usage);
+    if let Some(key) = &step.status_key {
+        // Signed: a process of the step's user can write this file too.
+        let mac = crate::siphash::status_mac(key, step.prefix, line.bytes());
+        line.push(b"\nm ").push(&crate::siphash::mac_hex(mac));
+    }
+    line.push(b"\n");
     write_file(&mut file(step, b".status"), line.bytes());
     if !held || sent {
         let mut mark = Path::of(&[b"\0knotless-step-end "]);

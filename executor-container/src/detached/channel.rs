@@ -41,17 +41,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::files::start_body;
 use super::scripts::HEAD;
-use super::{ungated, ExecEnd, GatedStart};
+use super::{ungated, ExecEnd, GatedStart, StatusKey};
 
 mod fake;
 mod native;
 mod scan;
+mod variables;
 
 use executor_core::script::quote;
 use executor_core::ExecutorError;
 pub use fake::{answer_as_channel, answer_as_dry_channel};
 pub use native::native_line;
 use scan::Stream;
+pub use variables::{is_variable_name, variables_prelude};
 
 /// The channel's shell: reads a length, that many bytes of a command line
 /// ending in the line `#knotless-end`, runs it with stdin from
@@ -75,8 +77,16 @@ done"#;
 /// does not word as one.
 pub(super) const HELD: &str = "it ended and left a process holding its output";
 
+/// What every line the channel's own process writes on its stdout begins
+/// with: a step's done notice, the agent's hello.
+const NOTICE: &[u8] = b"\0knotless-channel-";
+
 /// What every done notice begins with.
 const DONE: &[u8] = b"\0knotless-channel-done ";
+
+/// What the agent writes on the channel's stdout before it reads a
+/// message: its starts sign their status files ([`super::signed`]).
+const HELLO: &[u8] = b"\0knotless-channel-agent\n";
 
 /// An exec with its stdin open, as a backend opens it for a channel: its
 /// streams as a reader each, which end when the exec does.
@@ -145,6 +155,10 @@ pub fn channel_argv() -> Vec<String> {
 pub struct StepChannel {
     exec: Arc<dyn ChannelExec>,
     state: Mutex<State>,
+    /// Set once one of this environment's channels said its agent runs
+    /// ([`super::signed`]): the status files of its starts are signed
+    /// from then on, and one that is not is refused.
+    agent: Arc<std::sync::atomic::AtomicBool>,
     /// Channels whose stdout a step's leftover process holds, kept open
     /// and drained until [`StepChannel::close`]: an exec ended while a
     /// process holds its streams keeps an engine waiting on them (Docker
@@ -164,6 +178,7 @@ impl StepChannel {
         Arc::new(StepChannel {
             exec,
             state: Mutex::new(State::Closed),
+            agent: Arc::default(),
             lingering: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -217,8 +232,13 @@ impl StepChannel {
         // What is the step's own: its shell's flags and its prelude.
         let own = text.strip_prefix(HEAD)?.strip_suffix(start_body())?;
         let mut command = format!(": {key}\n");
+        let status_key = StatusKey::new(Arc::clone(&self.agent));
         if let Some(line) = native_line(&key, prefix, script, own, working_dir) {
             command.push_str(&line);
+            // The status key's record, only here: the message is read
+            // from the channel's stdin, never seen in a command line.
+            let record = format!("m{}\0", status_key.hex());
+            command.extend(record.bytes().map(|b| format!("{b:02x}")));
             command.push('\n');
         }
         command.push('(');
@@ -236,6 +256,7 @@ impl StepChannel {
             channel: Arc::clone(self),
             key,
             command,
+            status_key,
         }))
     }
 
@@ -295,6 +316,8 @@ struct ChannelStart {
     key: String,
     /// The command line the channel's shell runs.
     command: String,
+    /// The key its status file is signed with, where the agent starts it.
+    status_key: StatusKey,
 }
 
 /// The message that runs `command`: its length, then the command line
@@ -320,50 +343,21 @@ pub fn message_key(command: &str) -> &str {
     })
 }
 
-/// The prelude ([`StepFiles::start_argv`](super::StepFiles::start_argv))
-/// that exports `env` for the step's shell, and the variables it leaves
-/// out, whose names a shell cannot set: those need an exec's own
-/// settings.
-///
-/// ```
-/// use executor_container::detached::variables_prelude;
-/// let env = [("A".to_string(), "it's".to_string()), ("a-b".to_string(), "x".to_string())];
-/// let (prelude, left) = variables_prelude(&env);
-/// assert_eq!(prelude, "export A='it'\\''s'; ");
-/// assert_eq!(left, [("a-b".to_string(), "x".to_string())]);
-/// ```
-pub fn variables_prelude(env: &[(String, String)]) -> (String, Vec<(String, String)>) {
-    let mut prelude = String::new();
-    let mut left = Vec::new();
-    for (name, value) in env {
-        if is_variable_name(name) {
-            prelude.push_str(&format!("export {name}={}; ", quote(value)));
-        } else {
-            left.push((name.clone(), value.clone()));
-        }
-    }
-    (prelude, left)
-}
-
-/// Whether `name` is a variable name a shell can set: a step whose
-/// variables all are can have them set in its start's prelude
-/// ([`variables_prelude`]) and start through a channel.
-///
-/// ```
-/// use executor_container::detached::is_variable_name;
-/// assert!(is_variable_name("CARGO_HOME") && is_variable_name("_x1"));
-/// assert!(!is_variable_name("1x") && !is_variable_name("a-b") && !is_variable_name(""));
-/// ```
-pub fn is_variable_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b == b'_' || b.is_ascii_alphabetic())
-        && bytes.all(|b| b == b'_' || b.is_ascii_alphanumeric())
-}
-
 #[async_trait]
 impl GatedStart for ChannelStart {
+    fn status_key(&self) -> Option<StatusKey> {
+        Some(self.status_key.clone())
+    }
+
+    /// The same message, on the channel opened again if it broke.
+    fn again(&self) -> Option<Box<dyn GatedStart>> {
+        Some(Box::new(ChannelStart {
+            channel: Arc::clone(&self.channel),
+            key: self.key.clone(),
+            command: self.command.clone(),
+            status_key: self.status_key.clone(),
+        }))
+    }
     async fn release(
         self: Box<Self>,
         stdout: &mut (dyn AsyncWrite + Send + Unpin),
@@ -395,6 +389,11 @@ impl GatedStart for ChannelStart {
         let mut err = Stream::new(self.key.as_bytes(), false);
         let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
         loop {
+            if out.agent {
+                self.channel
+                    .agent
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
             if out.marked && err.marked {
                 // Whole: the channel serves the next step.
                 *state = State::Open(io);

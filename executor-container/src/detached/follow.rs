@@ -131,6 +131,7 @@ pub(super) async fn reopened(
 pub(super) async fn status(
     exec: &dyn StepExec,
     files: &StepFiles,
+    key: Option<&StatusKey>,
     follow: Follow,
     log: &RunLog,
     interrupt: &CancellationToken,
@@ -140,7 +141,7 @@ pub(super) async fn status(
         if tries > 0 && !paused(tries, interrupt).await {
             return killed(exec, files).await;
         }
-        let mut text = executor_core::text::HeadBuffer::new(128);
+        let mut text = executor_core::text::HeadBuffer::new(256);
         let ended = reopened(
             exec,
             &argv,
@@ -154,8 +155,23 @@ pub(super) async fn status(
         match ended {
             ExecEnd::Exited(0) => {
                 let said = text.text();
+                let raw = String::from_utf8_lossy(text.kept());
+                let line = match key {
+                    Some(key) => match key.checked(&files.prefix, &raw) {
+                        Ok(line) => line,
+                        Err(why) => {
+                            let lost = format!(
+                                "the step's status file holds a status its supervisor did not write ({why}): a process of the step's user may have written it"
+                            );
+                            log.line(&format!("refusing the step's status: {lost}"));
+                            tracing::warn!(%why, "refused a step's status that its supervisor did not sign");
+                            return Ok(StepEnd::Lost(lost));
+                        }
+                    },
+                    None => raw.split('\n').next().unwrap_or_default(),
+                };
                 let parsed = (text.dropped() == 0)
-                    .then(|| parse_status_line(&said))
+                    .then(|| parse_status_line(line))
                     .flatten();
                 return Ok(match parsed {
                     Some((code, usage)) => {

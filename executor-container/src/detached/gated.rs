@@ -33,6 +33,24 @@ pub trait GatedStart: Send {
         stderr: &mut (dyn AsyncWrite + Send + Unpin),
         interrupt: &CancellationToken,
     ) -> Result<ExecEnd, ExecutorError>;
+
+    /// The key this start's status file is signed with, where its
+    /// environment signs one ([`StatusKey`]): a status read back after a
+    /// cut is then checked against it. `None` (the default): a start
+    /// whose status cannot be signed.
+    fn status_key(&self) -> Option<StatusKey> {
+        None
+    }
+
+    /// The same start, to be released once more where one whose status
+    /// must be signed ([`StatusKey::required`]) started nothing: an exec
+    /// of the step's own, the other way to try again, starts it with the
+    /// shell, which cannot sign it (a process an earlier step left could
+    /// end the channel to force that). `None` (the default): the step's
+    /// own exec is the way to try again.
+    fn again(&self) -> Option<Box<dyn GatedStart>> {
+        None
+    }
 }
 
 /// The first exec of a step that was opened ahead: its release, then the

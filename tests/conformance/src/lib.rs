@@ -173,6 +173,7 @@ macro_rules! conformance_tests {
             variables_reach_steps, variables_named_like_the_runners_own_reach_steps,
             logs_stream_while_step_runs, large_log_is_streamed,
             a_loud_step_is_cut_at_the_log_limit, a_step_cannot_settle_a_later_steps_result,
+            a_left_process_cannot_settle_a_later_steps_status,
             step_markers_carry_exit_codes, events_follow_the_run, step_timeout_kills_step, run_timeout_ends_run,
             cancellation_mid_step, failed_start_leaves_nothing, concurrent_runs_are_isolated,
             cleanup_spares_live_runs, cache_cold_then_warm, cache_not_saved_after_failure,

@@ -1,7 +1,8 @@
 //! What a channel's streams show of one step: its end marks, and on
-//! stdout the done notices, which are taken out.
+//! stdout the channel's notices (a step's done notice, the agent's
+//! hello), which are taken out.
 
-use super::DONE;
+use super::{DONE, HELLO, NOTICE};
 use crate::detached::end_mark::{mark_len, status_of, PREFIX};
 
 /// What a channel's stream showed of one step: its end mark, and on
@@ -18,6 +19,8 @@ pub(super) struct Stream {
     pub(super) marked: bool,
     pub(super) done: Option<i32>,
     pub(super) ended: bool,
+    /// The channel's agent said it runs ([`HELLO`]).
+    pub(super) agent: bool,
     own_done: Vec<u8>,
 }
 
@@ -35,6 +38,7 @@ impl Stream {
             marked: false,
             done: None,
             ended: false,
+            agent: false,
             own_done,
         }
     }
@@ -66,18 +70,21 @@ impl Stream {
         kept
     }
 
-    /// Takes every whole done notice out of `data`, noting this step's;
-    /// a notice's possible beginning at the end is held for the next read.
+    /// Takes every whole notice out of `data`, noting this step's done
+    /// notice and the agent's hello; a notice's possible beginning at the
+    /// end is held for the next read.
     fn strip_notices(&mut self, data: Vec<u8>) -> Vec<u8> {
         let mut kept = Vec::with_capacity(data.len());
         let mut rest = data.as_slice();
-        while let Some(at) = find(rest, DONE) {
+        while let Some(at) = find(rest, NOTICE) {
             let (before, notice) = rest.split_at(at);
             kept.extend_from_slice(before);
             match notice.iter().position(|&b| b == b'\n') {
                 Some(end) => {
                     let (whole, after) = notice.split_at(end + 1);
-                    if let Some(code) = own_notice(whole, &self.own_done) {
+                    if whole == HELLO {
+                        self.agent = true;
+                    } else if let Some(code) = own_notice(whole, &self.own_done) {
                         self.done = Some(code);
                     }
                     rest = after;
@@ -94,9 +101,9 @@ impl Stream {
             }
         }
         // A notice's first bytes at the very end wait for the rest.
-        let split = (1..=rest.len().min(DONE.len()))
+        let split = (1..=rest.len().min(NOTICE.len()))
             .rev()
-            .find(|&n| rest.ends_with(&DONE[..n]))
+            .find(|&n| rest.ends_with(&NOTICE[..n]))
             .map_or(rest.len(), |n| rest.len() - n);
         kept.extend_from_slice(&rest[..split]);
         self.held = rest[split..].to_vec();

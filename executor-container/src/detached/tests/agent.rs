@@ -107,3 +107,88 @@ async fn a_second_start_through_the_agent_follows_the_first() {
         assert_eq!(runs, "ran\n", "{shell:?}: the step ran once");
     }
 }
+
+/// What a process of the step's user can do to a step's status after a
+/// cut: write the status file itself, then end the step's supervisor and
+/// copier, so that the stream ends and the runner reads the file back.
+/// Here the step does it to itself, as a process an earlier step left
+/// would do to a later one.
+const FORGES_ITS_STATUS: &str = r#"printf '0 \n' > DIR/stepio-s1.status
+for q in /proc/[0-9]*; do
+  l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
+  [ "$2" = "$PPID" ] && [ "${q#/proc/}" != $$ ] && kill -9 "${q#/proc/}"
+done
+kill -9 "$PPID"
+exit 1"#;
+
+#[tokio::test]
+async fn a_status_the_agents_supervisor_did_not_sign_is_refused() {
+    if AGENT.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = StepChannel::new(HostChannel::new(&shell, &[]));
+        let exec = HostExec::new(&shell, &[]);
+        // A step before, so the channel has said its agent runs.
+        let (end, text, _) = through(&channel, &exec, dir.path(), "s0", "true").await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        let script = FORGES_ITS_STATUS.replace(
+            "DIR",
+            &executor_core::script::quote(&dir.path().display().to_string()),
+        );
+        let (end, text, _) = through(&channel, &exec, dir.path(), "s1", &script).await;
+        match &end {
+            StepEnd::Lost(why) => assert!(why.contains("not signed"), "{shell:?}: {why}"),
+            other => panic!("{shell:?}: {other:?}, not a lost status: {text}"),
+        }
+        // The file holds what the step wrote: the runner read it back.
+        let forged = std::fs::read_to_string(dir.path().join("stepio-s1.status")).unwrap();
+        assert_eq!(forged, "0 \n", "{shell:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_channel_whose_agent_was_ended_starts_the_next_step_on_a_new_channel() {
+    if AGENT.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostChannel::new(&shell, &[]);
+        let channel = StepChannel::new(host.clone());
+        let exec = HostExec::new(&shell, &[]);
+        let (end, text, _) = through(&channel, &exec, dir.path(), "s0", "true").await;
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        // What a process the step left can do between two steps, so that
+        // the next starts on an exec of its own, whose shell cannot sign
+        // its status.
+        assert_eq!(host.kill_agents().await, 1, "{shell:?}");
+        let (end, text, (out, _)) = through(
+            &channel,
+            &exec,
+            dir.path(),
+            "s1",
+            &format!("{PARENT}; exit 3"),
+        )
+        .await;
+        assert_eq!(end, StepEnd::Exited(3), "{shell:?}: {text}");
+        assert!(
+            out.split(' ')
+                .next()
+                .unwrap_or_default()
+                .ends_with(AGENT_FILE),
+            "{shell:?}: the step's parent is {out:?}"
+        );
+        assert_eq!(
+            host.opens.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "{shell:?}: a new channel"
+        );
+        let execs = exec.execs.lock().unwrap();
+        assert!(
+            execs.iter().all(|argv| !marks_its_end(argv)),
+            "{shell:?}: no start of the step's own: {execs:?}"
+        );
+    }
+}

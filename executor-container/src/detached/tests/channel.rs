@@ -66,6 +66,41 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<W> {
 }
 
 impl HostChannel {
+    /// Ends every agent this channel's opens run, as a process a step
+    /// left behind can (same user): `kill -9`, then waits until each is
+    /// gone or a zombie, its descriptors closed.
+    pub(super) async fn kill_agents(&self) -> usize {
+        let agent = self.copier.path().join(AGENT_FILE).display().to_string();
+        let mut killed = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cmdline.starts_with(agent.as_bytes()) {
+                let status = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+                killed.push(pid);
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for pid in &killed {
+            loop {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+                if stat.is_empty() || state == Some('Z') {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "agent {pid} lives on");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        killed.len()
+    }
+
     pub(super) fn new(shell: &[&str], cuts: &[Option<u64>]) -> Arc<Self> {
         Self::staged(shell, cuts, true)
     }

@@ -56,9 +56,16 @@ async fn a_forged_status_is_lost_not_a_code() {
 async fn status_of(shell: &[&str], files: &StepFiles) -> StepEnd {
     let exec = HostExec::new(shell, &[]);
     let (log, _) = RunLog::memory();
-    status(&exec, files, FOLLOW_NOW, &log, &CancellationToken::new())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+    status(
+        &exec,
+        files,
+        None,
+        FOLLOW_NOW,
+        &log,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test]
@@ -184,7 +191,7 @@ async fn a_status_read_or_probe_cut_at_once_is_tried_again_after_growing_pauses(
                 .await
                 .err()
         } else {
-            status(&exec, &files, FOLLOW_NOW, &log, &interrupt)
+            status(&exec, &files, None, FOLLOW_NOW, &log, &interrupt)
                 .await
                 .err()
         };

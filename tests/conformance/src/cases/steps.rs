@@ -233,3 +233,54 @@ echo forged"#;
     assert_eq!(result.steps[2].exit_code, Some(7), "{text}");
     assert_nothing_left(backend, &fx.runner).await;
 }
+
+/// What a step leaves behind to settle the next step's result once that
+/// step has started: it writes `0` into the step's status file in the
+/// state folder (its own script's folder) and kills the step's
+/// supervisor, before it can write the status it took from the kernel,
+/// and every process under it, so that the step's stream ends and the
+/// runner reads the file back. Where it finds no step files (a backend
+/// without a state folder), it says so and does nothing.
+const SETTLES_THE_NEXT_STEP: &str = r#"d=$(dirname "$0"); me=$PPID
+( ls "$d"/stepio-*.pid > /dev/null 2>&1 || { : > gave-up; exit 0; }
+  while :; do
+    for f in "$d"/stepio-*.pid; do
+      p=; { read -r p _ < "$f"; } 2>/dev/null
+      [ -n "$p" ] && [ "$p" != "$me" ] && break 2
+    done
+    sleep 0.01
+  done
+  printf '0 \n' > "${f%.pid}.status"
+  k=; for q in /proc/[0-9]*; do
+    l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
+    [ "$2" = "$p" ] && k="$k ${q#/proc/}"
+  done
+  kill -9 "$p" $k ) > /dev/null 2>&1 &
+echo left"#;
+
+/// A process a step leaves cannot settle a later step's result by
+/// writing its status file while it runs ([`SETTLES_THE_NEXT_STEP`]):
+/// the later step fails with its own code, or its status is lost (an
+/// infrastructure error naming the unsigned status), never a success.
+/// Container backends pass it where the step channel's agent runs (x86_64
+/// environments), whose supervisors sign the status file.
+pub async fn a_left_process_cannot_settle_a_later_steps_status(backend: &dyn Backend) {
+    let fx = Fixture::new("settle");
+    let wait = "echo failing; i=0; until [ -e gave-up ] || [ $i -ge 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 1";
+    let spec = fx
+        .spec(backend, "settle")
+        .step(Step::new("leave", SETTLES_THE_NEXT_STEP))
+        .step(Step::new("fails", wait));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.steps[0].status, StepStatus::Success, "{text}");
+    assert!(text.contains("\nfailing\n"), "{text}");
+    let step = &result.steps[1];
+    assert_ne!(step.status, StepStatus::Success, "{text}");
+    assert_ne!(step.exit_code, Some(0), "{text}");
+    if step.status == StepStatus::Error {
+        let error = step.error.clone().unwrap_or_default();
+        assert!(error.contains("did not write"), "{error}\n{text}");
+    }
+    assert_nothing_left(backend, &fx.runner).await;
+}
