@@ -232,14 +232,18 @@ impl StepChannel {
         // What is the step's own: its shell's flags and its prelude.
         let own = text.strip_prefix(HEAD)?.strip_suffix(start_body())?;
         let mut command = format!(": {key}\n");
-        let status_key = StatusKey::new(Arc::clone(&self.agent));
+        // Without a native line the agent leaves the start to the shell,
+        // which cannot sign: no key, and no status of it is refused.
+        let mut status_key = None;
         if let Some(line) = native_line(&key, prefix, script, own, working_dir) {
+            let signed = StatusKey::new(Arc::clone(&self.agent));
             command.push_str(&line);
             // The status key's record, only here: the message is read
             // from the channel's stdin, never seen in a command line.
-            let record = format!("m{}\0", status_key.hex());
+            let record = format!("m{}\0", signed.hex());
             command.extend(record.bytes().map(|b| format!("{b:02x}")));
             command.push('\n');
+            status_key = Some(signed);
         }
         command.push('(');
         if let Some(dir) = working_dir {
@@ -316,8 +320,9 @@ struct ChannelStart {
     key: String,
     /// The command line the channel's shell runs.
     command: String,
-    /// The key its status file is signed with, where the agent starts it.
-    status_key: StatusKey,
+    /// The key its status file is signed with, where the agent starts it
+    /// (none for a message without a native line).
+    status_key: Option<StatusKey>,
 }
 
 /// The message that runs `command`: its length, then the command line
@@ -346,7 +351,7 @@ pub fn message_key(command: &str) -> &str {
 #[async_trait]
 impl GatedStart for ChannelStart {
     fn status_key(&self) -> Option<StatusKey> {
-        Some(self.status_key.clone())
+        self.status_key.clone()
     }
 
     /// The same message, on the channel opened again if it broke.

@@ -2,7 +2,7 @@
 
 use executor_core::script::quote;
 
-/// The prelude ([`StepFiles::start_argv`](super::StepFiles::start_argv))
+/// The prelude ([`StepFiles::start_argv`](crate::detached::StepFiles::start_argv))
 /// that exports `env` for the step's shell, and the variables it leaves
 /// out, whose names a shell cannot set: those need an exec's own
 /// settings.

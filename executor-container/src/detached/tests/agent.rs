@@ -192,3 +192,38 @@ async fn a_channel_whose_agent_was_ended_starts_the_next_step_on_a_new_channel()
         );
     }
 }
+
+#[tokio::test]
+async fn a_start_the_agent_leaves_to_the_shell_is_read_back_unsigned() {
+    if AGENT.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        // Cut mid-step, after the agent's hello: the channel has said it
+        // runs, yet this start has no native line (a prelude the agent
+        // does not read), so the shell starts it and cannot sign.
+        let channel = StepChannel::new(HostChannel::new(&shell, &[Some(begun(5000))]));
+        let exec = HostExec::new(&shell, &[]);
+        let files = StepFiles::new(&dir.path().display().to_string(), "s0");
+        let start = files.gated_start_argv("true; ", Script::Inline(NUMBERED));
+        let (log, text) = RunLog::memory();
+        let outputs = Outputs::attach(&log);
+        let gate = channel.start(start.clone(), None);
+        let end = run_step_released(
+            &exec,
+            &files,
+            &start,
+            gate,
+            &log,
+            &CancellationToken::new(),
+            FOLLOW_NOW,
+        )
+        .await
+        .unwrap();
+        log.flush(Duration::from_secs(30)).await;
+        assert_eq!(end, StepEnd::Exited(7), "{shell:?}: {}", text.text());
+        assert!(text.text().contains("following it on"), "{shell:?}");
+        assert_eq!(outputs.get().0, numbered_lines(), "{shell:?}");
+    }
+}

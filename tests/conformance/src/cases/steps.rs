@@ -259,7 +259,7 @@ const SETTLES_THE_NEXT_STEP: &str = r#"d=$(dirname "$0"); me=$PPID
 echo left"#;
 
 /// A process a step leaves cannot settle a later step's result by
-/// writing its status file while it runs ([`SETTLES_THE_NEXT_STEP`]):
+/// writing its status file while it runs (`SETTLES_THE_NEXT_STEP`):
 /// the later step fails with its own code, or its status is lost (an
 /// infrastructure error naming the unsigned status), never a success.
 /// Container backends pass it where the step channel's agent runs (x86_64
