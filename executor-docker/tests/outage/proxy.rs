@@ -1,46 +1,96 @@
-//! Engine outages and cut streams, through a proxy in front of the
-//! engine's socket.
-//!
-//! - When the container's removal passes through it, it stops listening
-//!   (connections are refused), cuts every open connection, and listens
-//!   again after a while. Calls ride an outage out within
-//!   `DockerOptions::reconnect_timeout`; past it, the container goes to
-//!   the journal, and the next sweep removes it.
-//! - It cuts an exec's attached stream after a number of bytes, as a
-//!   network would; the engine then kills the exec's own process. The
-//!   step goes on, and is followed.
-
-mod common;
+//! A proxy in front of the engine's socket: outages, gateways that
+//! answer for a down engine, and exec streams cut at a byte or inside a
+//! frame's header.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Docker;
-use executor_conformance::fixture::{assert_nothing_left, Fixture};
-use executor_core::journal::Journal;
-use executor_core::{run_with, DriverOptions, RunLog, RunStatus, Step};
-use executor_docker::{BollardEngine, DockerExecutor, DockerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 /// The engine's own socket, as the tests reach it.
-fn engine_socket() -> PathBuf {
+pub fn engine_socket() -> PathBuf {
     match std::env::var("DOCKER_HOST") {
         Ok(host) if host.starts_with("unix://") => PathBuf::from(&host["unix://".len()..]),
         _ => PathBuf::from("/var/run/docker.sock"),
     }
 }
 
-/// Sizes at which the next exec streams are cut, in turn.
-type Cuts = Arc<Mutex<VecDeque<u64>>>;
+/// Where the next exec streams are cut, in turn.
+pub type Cuts = Arc<Mutex<VecDeque<Cut>>>;
+
+/// Where an exec's stream coming down is cut.
+#[derive(Debug, Clone, Copy)]
+pub enum Cut {
+    /// After this many bytes, the answer's HTTP head among them.
+    At(u64),
+    /// `into` bytes into the 8-byte header of the first frame of the
+    /// multiplexed stream after the one whose payload holds the end of
+    /// `after`: a stream that ends there leaves a reader with part of a
+    /// header.
+    InFrameHeader { after: &'static [u8], into: usize },
+}
+
+/// Where a stream coming down is, for [`Cut::InFrameHeader`]: in the
+/// answer's HTTP head, then in a frame's header or payload.
+#[derive(Default)]
+struct Frames {
+    /// The head so far, until it ended (`\r\n\r\n`).
+    head: Vec<u8>,
+    in_body: bool,
+    /// Bytes of the current frame's header seen.
+    header: [u8; 8],
+    header_at: usize,
+    payload_left: u64,
+    /// The last payload bytes, to find `after` in.
+    seen: Vec<u8>,
+    /// Whether `after` came: the next header is cut.
+    armed: bool,
+}
+
+impl Frames {
+    /// Where in `chunk`, if anywhere, `cut` falls; takes in the bytes
+    /// before it.
+    fn cut_in(&mut self, chunk: &[u8], cut: Option<Cut>) -> Option<usize> {
+        let Some(Cut::InFrameHeader { after, into }) = cut else {
+            return None;
+        };
+        for (i, &b) in chunk.iter().enumerate() {
+            if !self.in_body {
+                self.head.push(b);
+                self.in_body = self.head.ends_with(b"\r\n\r\n");
+                continue;
+            }
+            if self.payload_left > 0 {
+                self.payload_left -= 1;
+                self.seen.push(b);
+                if self.seen.len() > after.len() {
+                    self.seen.remove(0);
+                }
+                self.armed |= self.seen == after;
+                continue;
+            }
+            if self.armed && into == self.header_at {
+                return Some(i);
+            }
+            self.header[self.header_at] = b;
+            self.header_at += 1;
+            if self.header_at == 8 {
+                let [_, _, _, _, a, b, c, d] = self.header;
+                self.payload_left = u64::from(u32::from_be_bytes([a, b, c, d]));
+                self.header_at = 0;
+            }
+        }
+        None
+    }
+}
 
 /// What the engine's side does while it is down.
 #[derive(Clone, Copy)]
-enum Down {
+pub enum Down {
     /// Nothing listens: connections are refused.
     Refusing,
     /// A gateway in front of it answers every request with this status
@@ -52,8 +102,8 @@ enum Down {
 /// A proxy that takes the engine down for `down` when a container's
 /// removal (`DELETE .../containers/...`) comes through it, if `down` is
 /// set, and cuts exec streams at the sizes in its [`Cuts`].
-struct Proxy {
-    cuts: Cuts,
+pub struct Proxy {
+    pub cuts: Cuts,
     socket: PathBuf,
     over: watch::Receiver<u64>,
     _dir: tempfile::TempDir,
@@ -61,11 +111,11 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(down: Option<Duration>) -> Proxy {
+    pub async fn start(down: Option<Duration>) -> Proxy {
         Proxy::start_as(down, Down::Refusing).await
     }
 
-    async fn start_as(down: Option<Duration>, how: Down) -> Proxy {
+    pub async fn start_as(down: Option<Duration>, how: Down) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("engine.sock");
         let listener = UnixListener::bind(&socket).unwrap();
@@ -87,11 +137,11 @@ impl Proxy {
         }
     }
 
-    fn host(&self) -> String {
+    pub fn host(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
 
-    async fn outage_over(&mut self) {
+    pub async fn outage_over(&mut self) {
         tokio::time::timeout(Duration::from_secs(60), self.over.wait_for(|n| *n >= 1))
             .await
             .expect("the outage never ended")
@@ -105,7 +155,7 @@ impl Drop for Proxy {
     }
 }
 
-async fn serve(
+pub async fn serve(
     mut listener: UnixListener,
     socket: PathBuf,
     (down, how): (Option<Duration>, Down),
@@ -166,7 +216,7 @@ async fn serve(
 /// a container seen from the client starts the outage instead of passing.
 /// Once an exec start has gone up, the bytes of its stream coming down are
 /// counted, and the connection is dropped where the next cut says.
-async fn relay(
+pub async fn relay(
     mut client: UnixStream,
     mut cut: watch::Receiver<u64>,
     outage: Option<tokio::sync::mpsc::UnboundedSender<()>>,
@@ -215,6 +265,7 @@ async fn relay(
     let downstream = async {
         let mut buf = vec![0u8; 64 * 1024];
         let mut streamed = 0u64;
+        let mut frames = Frames::default();
         loop {
             let n = from_engine.read(&mut buf).await?;
             if n == 0 {
@@ -222,9 +273,15 @@ async fn relay(
             }
             let mut chunk = &buf[..n];
             if exec_started.load(std::sync::atomic::Ordering::SeqCst) {
-                let at = cuts.lock().unwrap().front().copied();
-                if let Some(at) = at.filter(|at| streamed + n as u64 >= *at) {
-                    chunk = &chunk[..usize::try_from(at - streamed).unwrap_or(0).min(n)];
+                let cut = cuts.lock().unwrap().front().copied();
+                let at = match cut {
+                    Some(Cut::At(at)) if streamed + n as u64 >= at => {
+                        Some(usize::try_from(at - streamed).unwrap_or(0).min(n))
+                    }
+                    _ => frames.cut_in(chunk, cut),
+                };
+                if let Some(at) = at {
+                    chunk = &chunk[..at];
                     to_client.write_all(chunk).await?;
                     cuts.lock().unwrap().pop_front();
                     // Dropped mid-stream: no end, no exit code.
@@ -247,7 +304,7 @@ async fn relay(
 /// Answers each request on `client` with `status`, as a gateway whose
 /// engine is down: a JSON body as the engine's own errors have, and the
 /// connection closed after it.
-async fn answer(mut client: UnixStream, status: u16) {
+pub async fn answer(mut client: UnixStream, status: u16) {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !contains(&head, b"\r\n\r\n") {
@@ -266,154 +323,6 @@ async fn answer(mut client: UnixStream, status: u16) {
     let _ = client.shutdown().await;
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-async fn executor_through(proxy: &Proxy, options: DockerOptions) -> DockerExecutor {
-    let engine = BollardEngine::connect_to(&proxy.host())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .reconnect_timeout(options.reconnect_timeout);
-    DockerExecutor::with_engine(Arc::new(engine), options)
-}
-
-/// The engine, reached directly: the probe for leftovers.
-async fn direct() -> Docker {
-    Docker(common::executor(common::options()).await)
-}
-
-fn spec_of(fx: &Fixture, backend: &Docker, name: &str) -> executor_core::RunSpec {
-    fx.spec(backend, name)
-        .step(Step::new("work", "echo working"))
-}
-
-async fn run(
-    executor: &DockerExecutor,
-    spec: &executor_core::RunSpec,
-    options: &DriverOptions,
-) -> (executor_core::RunResult, String) {
-    let (log, text) = RunLog::memory();
-    let result = run_with(executor, spec, &log, CancellationToken::new(), options).await;
-    (result, text.text())
-}
-
-#[cfg_attr(
-    not(knotless_engine),
-    ignore = "needs a container engine: run scripts/test.sh"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_engine_outage_as_the_container_is_removed_is_ridden_out() {
-    let mut proxy = Proxy::start(Some(Duration::from_secs(3))).await;
-    let executor = executor_through(&proxy, common::options()).await;
-    let probe = direct().await;
-    let fx = Fixture::new("engine-outage");
-    let spec = spec_of(&fx, &probe, "engine-outage");
-    let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
-    assert_eq!(result.status, RunStatus::Success, "{text}");
-    proxy.outage_over().await;
-    assert_nothing_left(&probe, &fx.runner).await;
-}
-
-/// A gateway in front of the engine that answers 502, 503 or 504 while
-/// the engine behind it is down is an outage too: each is ridden out.
-#[cfg_attr(
-    not(knotless_engine),
-    ignore = "needs a container engine: run scripts/test.sh"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_answering_5xx_as_the_container_is_removed_is_ridden_out() {
-    let probe = direct().await;
-    for status in [502, 503, 504] {
-        let mut proxy =
-            Proxy::start_as(Some(Duration::from_secs(2)), Down::Answering(status)).await;
-        let executor = executor_through(&proxy, common::options()).await;
-        let fx = Fixture::new("engine-gateway");
-        let spec = spec_of(&fx, &probe, "engine-gateway");
-        let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
-        proxy.outage_over().await;
-        assert_eq!(result.status, RunStatus::Success, "HTTP {status}: {text}");
-        assert_nothing_left(&probe, &fx.runner).await;
-    }
-}
-
-#[cfg_attr(
-    not(knotless_engine),
-    ignore = "needs a container engine: run scripts/test.sh"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_engine_outage_past_the_reconnect_timeout_leaves_the_container_to_the_journal() {
-    let mut proxy = Proxy::start(Some(Duration::from_secs(6))).await;
-    let options = DockerOptions {
-        reconnect_timeout: Duration::from_secs(1),
-        ..common::options()
-    };
-    let executor = executor_through(&proxy, options).await;
-    let probe = direct().await;
-    let fx = Fixture::new("engine-journal");
-    let journal_dir = tempfile::tempdir().unwrap();
-    let journal = Journal::new(journal_dir.path());
-    let spec = spec_of(&fx, &probe, "engine-journal");
-    let driver = DriverOptions {
-        journal: Some(journal.clone()),
-        ..DriverOptions::default()
-    };
-    let (result, text) = run(&executor, &spec, &driver).await;
-    assert_eq!(result.status, RunStatus::Error, "{text}");
-    assert!(text.contains("is in the journal"), "{text}");
-    assert_eq!(journal.entries("docker", &fx.runner).unwrap().len(), 1);
-    proxy.outage_over().await;
-    assert!(
-        !probe.0.containers(&fx.runner).await.unwrap().is_empty(),
-        "the container outlived the run"
-    );
-    let swept = journal.sweep(&executor, &fx.runner).await.unwrap();
-    assert_eq!(swept.len(), 1);
-    assert!(journal.entries("docker", &fx.runner).unwrap().is_empty());
-    assert_nothing_left(&probe, &fx.runner).await;
-}
-
-/// The executor through a proxy that cuts exec streams, as a conformance
-/// backend; leftovers are probed directly.
-struct Cutting {
-    executor: DockerExecutor,
-    probe: Docker,
-    proxy: Proxy,
-}
-
-#[async_trait::async_trait]
-impl executor_conformance::Backend for Cutting {
-    fn executor(&self) -> &dyn executor_core::Executor {
-        &self.executor
-    }
-    fn image(&self) -> Option<String> {
-        Some(common::image())
-    }
-    async fn leftovers(&self, runner: &str) -> Vec<String> {
-        self.probe.leftovers(runner).await
-    }
-    async fn cut_streams_after(&self, bytes: &[u64]) -> bool {
-        self.proxy
-            .cuts
-            .lock()
-            .unwrap()
-            .extend(bytes.iter().copied());
-        true
-    }
-}
-
-#[cfg_attr(
-    not(knotless_engine),
-    ignore = "needs a container engine: run scripts/test.sh"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_cut_twice_keeps_every_byte_and_its_code() {
-    let proxy = Proxy::start(None).await;
-    let executor = executor_through(&proxy, common::options()).await;
-    let backend = Cutting {
-        executor,
-        probe: direct().await,
-        proxy,
-    };
-    executor_conformance::a_step_cut_twice_keeps_every_byte_and_its_code(&backend).await;
 }

@@ -1,0 +1,216 @@
+//! Engine outages and cut streams, through a proxy in front of the
+//! engine's socket.
+//!
+//! - When the container's removal passes through it, it stops listening
+//!   (connections are refused), cuts every open connection, and listens
+//!   again after a while. Calls ride an outage out within
+//!   `DockerOptions::reconnect_timeout`; past it, the container goes to
+//!   the journal, and the next sweep removes it.
+//! - It cuts an exec's attached stream after a number of bytes, as a
+//!   network would; the engine then kills the exec's own process. The
+//!   step goes on, and is followed.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod proxy;
+
+use proxy::{Cut, Down, Proxy};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Docker;
+use executor_conformance::fixture::{assert_nothing_left, Fixture};
+use executor_core::journal::Journal;
+use executor_core::{run_with, DriverOptions, RunLog, RunStatus, Step};
+use executor_docker::{BollardEngine, DockerExecutor, DockerOptions};
+use tokio_util::sync::CancellationToken;
+
+async fn executor_through(proxy: &Proxy, options: DockerOptions) -> DockerExecutor {
+    let engine = BollardEngine::connect_to(&proxy.host())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .reconnect_timeout(options.reconnect_timeout);
+    DockerExecutor::with_engine(Arc::new(engine), options)
+}
+
+/// The engine, reached directly: the probe for leftovers.
+async fn direct() -> Docker {
+    Docker(common::executor(common::options()).await)
+}
+
+fn spec_of(fx: &Fixture, backend: &Docker, name: &str) -> executor_core::RunSpec {
+    fx.spec(backend, name)
+        .step(Step::new("work", "echo working"))
+}
+
+async fn run(
+    executor: &DockerExecutor,
+    spec: &executor_core::RunSpec,
+    options: &DriverOptions,
+) -> (executor_core::RunResult, String) {
+    let (log, text) = RunLog::memory();
+    let result = run_with(executor, spec, &log, CancellationToken::new(), options).await;
+    (result, text.text())
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_outage_as_the_container_is_removed_is_ridden_out() {
+    let mut proxy = Proxy::start(Some(Duration::from_secs(3))).await;
+    let executor = executor_through(&proxy, common::options()).await;
+    let probe = direct().await;
+    let fx = Fixture::new("engine-outage");
+    let spec = spec_of(&fx, &probe, "engine-outage");
+    let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    proxy.outage_over().await;
+    assert_nothing_left(&probe, &fx.runner).await;
+}
+
+/// A gateway in front of the engine that answers 502, 503 or 504 while
+/// the engine behind it is down is an outage too: each is ridden out.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_answering_5xx_as_the_container_is_removed_is_ridden_out() {
+    let probe = direct().await;
+    for status in [502, 503, 504] {
+        let mut proxy =
+            Proxy::start_as(Some(Duration::from_secs(2)), Down::Answering(status)).await;
+        let executor = executor_through(&proxy, common::options()).await;
+        let fx = Fixture::new("engine-gateway");
+        let spec = spec_of(&fx, &probe, "engine-gateway");
+        let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
+        proxy.outage_over().await;
+        assert_eq!(result.status, RunStatus::Success, "HTTP {status}: {text}");
+        assert_nothing_left(&probe, &fx.runner).await;
+    }
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_outage_past_the_reconnect_timeout_leaves_the_container_to_the_journal() {
+    let mut proxy = Proxy::start(Some(Duration::from_secs(6))).await;
+    let options = DockerOptions {
+        reconnect_timeout: Duration::from_secs(1),
+        ..common::options()
+    };
+    let executor = executor_through(&proxy, options).await;
+    let probe = direct().await;
+    let fx = Fixture::new("engine-journal");
+    let journal_dir = tempfile::tempdir().unwrap();
+    let journal = Journal::new(journal_dir.path());
+    let spec = spec_of(&fx, &probe, "engine-journal");
+    let driver = DriverOptions {
+        journal: Some(journal.clone()),
+        ..DriverOptions::default()
+    };
+    let (result, text) = run(&executor, &spec, &driver).await;
+    assert_eq!(result.status, RunStatus::Error, "{text}");
+    assert!(text.contains("is in the journal"), "{text}");
+    assert_eq!(journal.entries("docker", &fx.runner).unwrap().len(), 1);
+    proxy.outage_over().await;
+    assert!(
+        !probe.0.containers(&fx.runner).await.unwrap().is_empty(),
+        "the container outlived the run"
+    );
+    let swept = journal.sweep(&executor, &fx.runner).await.unwrap();
+    assert_eq!(swept.len(), 1);
+    assert!(journal.entries("docker", &fx.runner).unwrap().is_empty());
+    assert_nothing_left(&probe, &fx.runner).await;
+}
+
+/// The executor through a proxy that cuts exec streams, as a conformance
+/// backend; leftovers are probed directly.
+struct Cutting {
+    executor: DockerExecutor,
+    probe: Docker,
+    proxy: Proxy,
+}
+
+#[async_trait::async_trait]
+impl executor_conformance::Backend for Cutting {
+    fn executor(&self) -> &dyn executor_core::Executor {
+        &self.executor
+    }
+    fn image(&self) -> Option<String> {
+        Some(common::image())
+    }
+    async fn leftovers(&self, runner: &str) -> Vec<String> {
+        self.probe.leftovers(runner).await
+    }
+    async fn cut_streams_after(&self, bytes: &[u64]) -> bool {
+        self.proxy
+            .cuts
+            .lock()
+            .unwrap()
+            .extend(bytes.iter().map(|&at| Cut::At(at)));
+        true
+    }
+}
+
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_cut_twice_keeps_every_byte_and_its_code() {
+    let proxy = Proxy::start(None).await;
+    let executor = executor_through(&proxy, common::options()).await;
+    let backend = Cutting {
+        executor,
+        probe: direct().await,
+        proxy,
+    };
+    executor_conformance::a_step_cut_twice_keeps_every_byte_and_its_code(&backend).await;
+}
+
+/// A step that writes 3000 numbered lines to stdout, one to stderr, and
+/// exits 7.
+const NUMBERED: &str =
+    "i=0; while [ $i -lt 3000 ]; do echo \"line $i\"; i=$((i+1)); done; echo done >&2; exit 7";
+
+/// A stream that ends inside a frame's 8-byte header leaves bollard the
+/// header's first bytes, which it hands on as a console chunk: they are a
+/// cut, followed like any, never the step's output (taken for stdout,
+/// three header bytes stood in for three the follow then skipped).
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_inside_a_frames_header_is_followed_with_every_byte() {
+    let proxy = Proxy::start(None).await;
+    proxy.cuts.lock().unwrap().push_back(Cut::InFrameHeader {
+        after: b"line 100\n",
+        into: 3,
+    });
+    let executor = executor_through(&proxy, common::options()).await;
+    let probe = direct().await;
+    let fx = Fixture::new("frame-cut");
+    let spec = fx
+        .spec(&probe, "frame-cut")
+        .step(Step::new("lines", NUMBERED));
+    let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
+    assert!(proxy.cuts.lock().unwrap().is_empty(), "no cut: {text}");
+    assert!(text.contains("following it on"), "{text}");
+    assert_eq!(result.steps[0].exit_code, Some(7), "{text}");
+    let output: String = text
+        .lines()
+        .filter(|l| l.starts_with("line "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let want: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+    assert!(output == want, "the lines differ: {text}");
+    assert!(!text.contains('\u{1}'), "a frame header in the log: {text}");
+    assert_nothing_left(&probe, &fx.runner).await;
+}
