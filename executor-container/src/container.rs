@@ -319,8 +319,10 @@ pub fn gated_start_argv(
 /// # Errors
 /// As [`run_step`](crate::detached::run_step), unless the environment
 /// explains it; the environment's own loss;
-/// [`ExecutorError::LostExitStatus`] when the status was lost and the
-/// environment is fine: never a success.
+/// [`ExecutorError::LostExitStatus`] when the status was lost with the
+/// streams that carry it (retryable); an `internal` error (not retryable:
+/// the step's own processes can cause it) when the environment answered
+/// but holds no status to trust: never a success.
 pub async fn run_command(
     env: &dyn StepEnvironment,
     step: &StepCommand,
@@ -359,12 +361,17 @@ pub async fn run_command(
             .await?
             .unwrap_or(CommandOutcome::exited(code))),
         StepEnd::Interrupted => Ok(CommandOutcome::Interrupted),
+        // The environment answered, yet holds no status to trust: its
+        // supervisor gone without one, a status file refused. The step's
+        // own processes can do that (they run as its user), so it is
+        // never retried: `internal`, not the `unreachable` of a stream
+        // that broke.
         StepEnd::Lost(detail) => match env.explain(None, &files).await? {
             Some(outcome) => Ok(outcome),
-            None => Err(ExecutorError::LostExitStatus {
-                what: format!("step {}", step.name),
+            None => Err(ExecutorError::backend(
+                format!("exit status of step {} was lost", step.name),
                 detail,
-            }),
+            )),
         },
     }
 }

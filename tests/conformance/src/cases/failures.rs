@@ -146,3 +146,33 @@ pub async fn retry_recovers_from_a_lost_environment(backend: &dyn Backend) {
     assert_eq!(names, ["first.txt", "host.txt", "second.txt"], "{text}");
     assert_nothing_left(backend, &fx.runner).await;
 }
+
+/// A step that ends its own supervisor leaves no status behind: an
+/// infrastructure error (`internal`), never a success and never retried,
+/// as nothing a step can cause is. Where the step's parent is not a
+/// supervisor of the runner's (the shell backend runs steps as its own
+/// children), the step leaves it alone and succeeds.
+pub async fn a_step_that_ends_its_supervisor_is_not_retried(backend: &dyn Backend) {
+    let fx = Fixture::new("endsup");
+    let script = r#"echo ran-once
+case "$(tr '\0' ' ' < /proc/$PPID/cmdline)" in *knotless-agent*|*_kd=*) kill -9 "$PPID";; esac
+exit 0"#;
+    let spec = fx
+        .spec(backend, "ends-supervisor")
+        .step(Step::new("ender", script));
+    let (result, log) = run_retrying(backend.executor(), &spec, &retrying(3)).await;
+    let text = log.text();
+    assert_eq!(result.attempts.len(), 1, "{text}");
+    assert_eq!(text.matches("ran-once").count(), 1, "{text}");
+    if result.status != RunStatus::Success {
+        assert_eq!(result.status, RunStatus::Error, "{text}");
+        assert_eq!(result.steps[0].exit_code, None, "{text}");
+        let failure = result.failure.expect("a failure record");
+        assert_eq!(
+            (failure.kind, failure.retryable),
+            (FailureKind::Internal, false),
+            "{text}"
+        );
+    }
+    assert_nothing_left(backend, &fx.runner).await;
+}
