@@ -304,7 +304,7 @@ pub async fn run_step_released(
             if why == channel::HELD && cuts == 1 {
                 // Not an outage: the step started something that outlives it.
                 log.line(&format!(
-                    "the step ended and left a process holding its output; reading how it ended from the environment (from byte {} of stdout and {} of stderr)",
+                    "the step's start ended without its end marks (a process the step left holds its output, or its supervisor ended); reading how it ended from the environment (from byte {} of stdout and {} of stderr)",
                     from.stdout, from.stderr
                 ));
                 tracing::debug!(

@@ -368,6 +368,7 @@ impl Event {
                 duration_ms,
                 output_dropped_bytes,
                 usage,
+                failure,
                 ..
             } => {
                 let code = exit_code.map_or_else(|| "no exit code".into(), |c| format!("exit {c}"));
@@ -376,8 +377,15 @@ impl Event {
                     n => format!(", {} of output dropped", crate::text::size(*n)),
                 };
                 let cost = usage.map(|u| format!(", {}", u.summary())).unwrap_or_default();
+                // An error has no code to tell what happened: its reason does.
+                let why = match (status, failure) {
+                    (StepStatus::Error, Some(failure)) => {
+                        format!(": {}", crate::text::one_line(&failure.message, 300))
+                    }
+                    _ => String::new(),
+                };
                 format!(
-                    "step {step}: {} ({code}, {}{cost}{dropped})",
+                    "step {step}: {} ({code}, {}{cost}{dropped}){why}",
                     status.as_str(),
                     seconds(*duration_ms)
                 )

@@ -43,3 +43,39 @@ fn invalid_bytes_are_shown_not_held() {
     assert_eq!(complete_utf8(b"a\xff\xe2\x82"), 2);
     assert_eq!(complete_utf8(b""), 0);
 }
+
+fn finished(status: StepStatus, exit_code: Option<i32>, failure: Option<Failure>) -> Event {
+    Event::StepFinished {
+        at: OffsetDateTime::UNIX_EPOCH,
+        attempt: 1,
+        step: "build".into(),
+        status,
+        exit_code,
+        duration_ms: 1500,
+        failure,
+        output_dropped_bytes: 0,
+        usage: None,
+    }
+}
+
+#[test]
+fn a_step_that_errs_says_why_on_its_end_line() {
+    use crate::FailureKind;
+    let lost = Failure::new(
+        FailureKind::Internal,
+        "exit status of step build was lost: its supervisor ended without writing a status",
+    );
+    let line = finished(StepStatus::Error, None, Some(lost))
+        .line()
+        .unwrap();
+    assert_eq!(
+        line,
+        "step build: error (no exit code, 1.500s): exit status of step build was lost: its supervisor ended without writing a status"
+    );
+    // A failure's code says it all.
+    let failed = Failure::new(FailureKind::Step, "step build exited 2");
+    let line = finished(StepStatus::Failed, Some(2), Some(failed))
+        .line()
+        .unwrap();
+    assert_eq!(line, "step build: failed (exit 2, 1.500s)");
+}

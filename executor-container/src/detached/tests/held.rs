@@ -28,7 +28,7 @@ async fn a_step_that_leaves_its_output_held_ends_with_its_code_and_the_next_gets
         // this path it can be lost.
         // Said as what it is, not as an outage.
         assert!(
-            text.contains("the step ended and left a process holding its output")
+            text.contains("a process the step left holds its output")
                 && !text.contains("stream broke"),
             "{shell:?}: {text}"
         );
