@@ -2,7 +2,7 @@
 //! shell's start where it has none, and a second start of a step it
 //! leaves to the shell, which follows the first.
 
-use super::channel::{through, HostChannel};
+use super::channel::{through, through_with, HostChannel};
 use super::*;
 
 /// The command line of the step's parent, its supervisor.
@@ -25,36 +25,23 @@ async fn the_agent_supervises_steps_without_a_shell_of_its_own() {
             "{shell:?}: the step's parent is {out:?}"
         );
         // Its variables, set from the prelude's records, reach it alone.
-        let files = StepFiles::new(&dir.path().display().to_string(), "s1");
         // A variable unset before it is read is empty, as in a shell.
         let prelude =
             "export A='it'\\''s'; export B=\"$HOME\"; unset HOME; export D='gone'; unset D; export C=\"$D\"; ";
-        let start = files.gated_start_argv(
-            prelude,
-            Script::Inline("echo \"$A|$B|${HOME-unset}|$C|${D-unset}\"; echo $$ > pid"),
-        );
-        let (log, text) = RunLog::memory();
-        let outputs = Outputs::attach(&log);
-        let gate = channel.start(start.clone(), Some(&dir.path().display().to_string()));
-        let end = run_step_released(
+        let script = "echo \"$A|$B|${HOME-unset}|$C|${D-unset}\"; echo $$ > pid";
+        let folder = dir.path().display().to_string();
+        let (end, text, (out, _)) = through_with(
+            &channel,
             &exec,
-            &files,
-            &start,
-            gate,
-            &log,
-            &CancellationToken::new(),
-            FOLLOW_NOW,
+            dir.path(),
+            "s1",
+            (prelude, script),
+            Some(&folder),
         )
-        .await
-        .unwrap();
-        log.flush(Duration::from_secs(30)).await;
+        .await;
         let home = std::env::var("HOME").unwrap_or_default();
-        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {}", text.text());
-        assert_eq!(
-            outputs.get().0,
-            format!("it's|{home}|unset||unset\n"),
-            "{shell:?}"
-        );
+        assert_eq!(end, StepEnd::Exited(0), "{shell:?}: {text}");
+        assert_eq!(out, format!("it's|{home}|unset||unset\n"), "{shell:?}");
         assert!(
             dir.path().join("pid").exists(),
             "{shell:?}: it ran in its folder"
@@ -205,25 +192,17 @@ async fn a_start_the_agent_leaves_to_the_shell_is_read_back_unsigned() {
         // does not read), so the shell starts it and cannot sign.
         let channel = StepChannel::new(HostChannel::new(&shell, &[Some(begun(5000))]));
         let exec = HostExec::new(&shell, &[]);
-        let files = StepFiles::new(&dir.path().display().to_string(), "s0");
-        let start = files.gated_start_argv("true; ", Script::Inline(NUMBERED));
-        let (log, text) = RunLog::memory();
-        let outputs = Outputs::attach(&log);
-        let gate = channel.start(start.clone(), None);
-        let end = run_step_released(
+        let (end, text, (out, _)) = through_with(
+            &channel,
             &exec,
-            &files,
-            &start,
-            gate,
-            &log,
-            &CancellationToken::new(),
-            FOLLOW_NOW,
+            dir.path(),
+            "s0",
+            ("true; ", NUMBERED),
+            None,
         )
-        .await
-        .unwrap();
-        log.flush(Duration::from_secs(30)).await;
-        assert_eq!(end, StepEnd::Exited(7), "{shell:?}: {}", text.text());
-        assert!(text.text().contains("following it on"), "{shell:?}");
-        assert_eq!(outputs.get().0, numbered_lines(), "{shell:?}");
+        .await;
+        assert_eq!(end, StepEnd::Exited(7), "{shell:?}: {text}");
+        assert!(text.contains("following it on"), "{shell:?}");
+        assert_eq!(out, numbered_lines(), "{shell:?}");
     }
 }

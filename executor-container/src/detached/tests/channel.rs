@@ -252,15 +252,27 @@ pub(super) async fn through(
     id: &str,
     script: &str,
 ) -> (StepEnd, String, (String, String)) {
+    through_with(channel, exec, dir, id, ("", script), None).await
+}
+
+/// [`through`] with the start's `prelude` before `script`, in `working_dir`.
+pub(super) async fn through_with(
+    channel: &Arc<StepChannel>,
+    exec: &HostExec,
+    dir: &Path,
+    id: &str,
+    (prelude, script): (&str, &str),
+    working_dir: Option<&str>,
+) -> (StepEnd, String, (String, String)) {
     let files = StepFiles::new(&dir.display().to_string(), id);
-    let start = files.gated_start_argv("", Script::Inline(script));
+    let start = files.gated_start_argv(prelude, Script::Inline(script));
     let (log, text) = RunLog::memory();
     let outputs = Outputs::attach(&log);
     let end = run_step_released(
         exec,
         &files,
         &start,
-        Some(channel.start(start.clone(), None).unwrap()),
+        Some(channel.start(start.clone(), working_dir).unwrap()),
         &log,
         &CancellationToken::new(),
         FOLLOW_NOW,
