@@ -235,15 +235,15 @@ impl StepChannel {
         // Without a native line the agent leaves the start to the shell,
         // which cannot sign: no key, and no status of it is refused.
         let mut status_key = None;
-        if let Some(line) = native_line(&key, prefix, script, own, working_dir) {
+        if let Some(mut line) = native_line(&key, prefix, script, own, working_dir) {
             let signed = StatusKey::new(Arc::clone(&self.agent));
-            command.push_str(&line);
             // The status key's record, only here: the message is read
             // from the channel's stdin, never seen in a command line.
-            let record = format!("m{}\0", signed.hex());
-            command.extend(record.bytes().map(|b| format!("{b:02x}")));
-            command.push('\n');
-            status_key = Some(signed);
+            if native::push_record(&mut line, 'm', &signed.hex()).is_some() {
+                command.push_str(&line);
+                command.push('\n');
+                status_key = Some(signed);
+            }
         }
         command.push('(');
         if let Some(dir) = working_dir {

@@ -2,7 +2,9 @@
 //! `knotless-agent` ([`super::super::agent`]), which then starts it
 //! without a shell of its own. The shell's loop takes the line for a
 //! comment; the agent runs a message without one (or with one it cannot
-//! read) through the shell's start.
+//! read) through the shell's start. The channel adds one record of its
+//! own, `m` and the key the step's status file is signed with
+//! ([`super::super::signed`]).
 
 use executor_core::script::quote;
 
@@ -49,21 +51,27 @@ pub fn native_line(
     }
     records.push(('P', &prelude));
     let ops = prelude_records(&prelude)?;
-    let mut fields = Vec::new();
+    let mut line = NATIVE.to_string();
     for (kind, value) in records
         .iter()
         .map(|(k, v)| (*k, (*v).to_string()))
         .chain(ops)
     {
-        if value.contains('\0') {
-            return None;
-        }
-        fields.push(kind as u8);
-        fields.extend_from_slice(value.as_bytes());
-        fields.push(0);
+        push_record(&mut line, kind, &value)?;
     }
-    let hex: String = fields.iter().map(|b| format!("{b:02x}")).collect();
-    Some(format!("{NATIVE}{hex}"))
+    Some(line)
+}
+
+/// Adds the record `KIND VALUE` to a native `line`: the kind's byte, the
+/// value and a NUL, in hex. `None` for a value with a NUL, which would
+/// end it early.
+pub(super) fn push_record(line: &mut String, kind: char, value: &str) -> Option<()> {
+    if value.contains('\0') || !kind.is_ascii() {
+        return None;
+    }
+    let record = [&[kind as u8], value.as_bytes(), &[0]].concat();
+    line.extend(record.iter().map(|b| format!("{b:02x}")));
+    Some(())
 }
 
 /// The records of a prelude, in order: `e NAME=VALUE` for `export
