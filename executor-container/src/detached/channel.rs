@@ -314,6 +314,7 @@ impl StepChannels {
 }
 
 /// A step's start, sent through its environment's channel.
+#[derive(Clone)]
 struct ChannelStart {
     channel: Arc<StepChannel>,
     /// The key of its end marks: the start's argv's last word.
@@ -356,12 +357,7 @@ impl GatedStart for ChannelStart {
 
     /// The same message, on the channel opened again if it broke.
     fn again(&self) -> Option<Box<dyn GatedStart>> {
-        Some(Box::new(ChannelStart {
-            channel: Arc::clone(&self.channel),
-            key: self.key.clone(),
-            command: self.command.clone(),
-            status_key: self.status_key.clone(),
-        }))
+        Some(Box::new(self.clone()))
     }
     async fn release(
         self: Box<Self>,
