@@ -31,7 +31,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::detached::{run_step_released, Follow, GatedStart, StepEnd, StepExec, StepFiles};
+use crate::detached::{
+    run_step_released, Follow, GatedStart, Signing, StepEnd, StepExec, StepFiles,
+};
 use executor_core::labels::{
     dns_name, label_value, random_hex, EXPIRES_KEY, RUNNER_LABEL, RUNNER_RAW_KEY, RUN_LABEL,
     RUN_RAW_KEY,
@@ -346,6 +348,9 @@ pub async fn run_command(
     let follow = Follow {
         reconnect: start.reconnect,
         from: step.follow_from,
+        signed: step
+            .follow_from
+            .and_then(|_| Signing::followed(log, &step.id)),
     };
     let ended = match run_step_released(env, &files, &argv, gate, log, interrupt, follow).await {
         Ok(ended) => ended,

@@ -82,6 +82,7 @@ mod agent;
 mod begin_mark;
 mod channel;
 mod end_mark;
+mod exec;
 mod files;
 mod follow;
 mod gated;
@@ -91,6 +92,7 @@ mod signed;
 mod tee;
 
 pub use agent::{stage_agent, AGENT, AGENT_FILE};
+pub use exec::{ExecEnd, StepEnd, StepExec};
 pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles, OOM_COUNTERS};
 use follow::{from_now, gap, killed, paused, reopened, started, status};
 pub use gated::GatedStart;
@@ -98,7 +100,8 @@ use gated::{ungated, Released};
 use marked::{Counted, Marked};
 use scripts::GATE;
 pub use scripts::{FOLLOW_AGAIN, FOLLOW_GAP_STDERR, FOLLOW_GAP_STDOUT, GATE_OPEN};
-pub use signed::StatusKey;
+use signed::recorded_when_required;
+pub use signed::{Signing, StatusKey, StepKey};
 pub use tee::{stage_tee, TEE, TEE_FILE};
 
 /// The exit status `follow_argv`'s command exits with when the step's
@@ -125,61 +128,6 @@ pub const CHUNK: u64 = 8 << 20;
 /// go two at a time, so at most 10 (80 MiB) are on disk.
 pub const KEPT_CHUNKS: u64 = 8;
 
-/// How one exec ended, as a backend reports it to [`run_step`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecEnd {
-    /// Its command exited with this code.
-    Exited(i32),
-    /// Its stream ended without an error, and the backend did not ask the
-    /// engine for its code: it may answer so only for an exec that marks
-    /// its end ([`marks_its_end`]), whose status the end marks carry.
-    /// Anything else takes it for a cut.
-    Ended,
-    /// Its stream broke, or it ended without a status; the command itself
-    /// may still run.
-    Cut(String),
-    /// The interrupt fired first.
-    Interrupted,
-}
-
-/// The exec a backend gives the step protocol: a command in the run's
-/// environment, as the step's own user.
-#[async_trait]
-pub trait StepExec: Send + Sync {
-    /// Runs `argv`, its stdout and stderr into the writers as they arrive,
-    /// until it ends or `interrupt` fires.
-    ///
-    /// # Errors
-    /// When the exec could not be started: of kind
-    /// [`FailureKind::Unreachable`] when another try may pass.
-    async fn exec(
-        &self,
-        argv: &[String],
-        stdout: &mut (dyn AsyncWrite + Send + Unpin),
-        stderr: &mut (dyn AsyncWrite + Send + Unpin),
-        interrupt: &CancellationToken,
-    ) -> Result<ExecEnd, ExecutorError>;
-
-    /// Runs the kill script, as root where the backend can.
-    ///
-    /// # Errors
-    /// When it could not be run or failed.
-    async fn kill(&self, script: &str) -> Result<(), ExecutorError>;
-}
-
-/// How a step ended, as far as the protocol can tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepEnd {
-    /// The step exited with this code.
-    Exited(i32),
-    /// The interrupt fired; the step's processes were killed.
-    Interrupted,
-    /// No status will come: the supervisor is gone without one, or the
-    /// status file holds something else. The backend asks its
-    /// environment why.
-    Lost(String),
-}
-
 /// What [`run_step`] needs besides the exec.
 #[derive(Debug, Clone, Copy)]
 pub struct Follow {
@@ -191,6 +139,10 @@ pub struct Follow {
     /// if the step's pipes are there it is followed on from these
     /// offsets; if not, it is started.
     pub from: Option<Offsets>,
+    /// The key the status of the step followed on from `from` must be
+    /// signed with, where the runner that started it recorded that it
+    /// must ([`Signing::followed`]).
+    pub signed: Option<StepKey>,
 }
 
 /// Runs a step started by `start` (from [`StepFiles::start_argv`]) to its
@@ -227,7 +179,20 @@ pub async fn run_step_released(
     follow: Follow,
 ) -> Result<StepEnd, ExecutorError> {
     let gated = gate.is_some();
-    let mut status_key = gate.as_ref().and_then(|gate| gate.status_key());
+    let mut status_key = match follow.from {
+        None => gate.as_ref().and_then(|gate| gate.status_key()),
+        Some(_) => follow.signed.map(StatusKey::followed),
+    };
+    // Whether the log's mark says the step's status must be signed: put
+    // there before the runner could lose the step (before its release
+    // where the channel's agent is known to run, else the moment the
+    // agent says so), so that a runner that follows it on takes only a
+    // signed status too.
+    let mut recorded = follow.from.is_some();
+    if !recorded && status_key.as_ref().is_some_and(StatusKey::required) {
+        log.require_signed_status().await;
+        recorded = true;
+    }
     let again = gate.as_ref().and_then(|gate| gate.again());
     let released = Released {
         gate: std::sync::Mutex::new(gate),
@@ -240,10 +205,18 @@ pub async fn run_step_released(
         log,
     };
     let first = match follow.from {
-        None => marked.exec(start, &mut out, &mut err, interrupt).await?,
+        None => {
+            let first = marked.exec(start, &mut out, &mut err, interrupt);
+            match status_key.as_ref().filter(|_| !recorded) {
+                Some(key) => recorded_when_required(first, key, log, &mut recorded).await?,
+                None => first.await?,
+            }
+        }
         Some(from) => match started(exec, files, follow, log, interrupt).await? {
             Some(true) => ExecEnd::Cut("the runner that started it is gone".into()),
             Some(false) if from == Offsets::default() => {
+                // The shell starts it: no status it writes is signed.
+                status_key = None;
                 marked.exec(start, &mut out, &mut err, interrupt).await?
             }
             // Its log has output of it, yet its files are gone.
@@ -278,6 +251,9 @@ pub async fn run_step_released(
         },
         other => other,
     };
+    if !recorded && status_key.as_ref().is_some_and(StatusKey::required) {
+        log.require_signed_status().await;
+    }
     let why = match first {
         ExecEnd::Exited(code) => return Ok(StepEnd::Exited(code)),
         ExecEnd::Interrupted => return killed(exec, files).await,

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::files::start_body;
 use super::scripts::HEAD;
-use super::{ungated, ExecEnd, GatedStart, StatusKey};
+use super::{ungated, ExecEnd, GatedStart, Signing, StatusKey};
 
 mod fake;
 mod native;
@@ -158,7 +158,7 @@ pub struct StepChannel {
     /// Set once one of this environment's channels said its agent runs
     /// ([`super::signed`]): the status files of its starts are signed
     /// from then on, and one that is not is refused.
-    agent: Arc<std::sync::atomic::AtomicBool>,
+    agent: super::signed::AgentSaid,
     /// Channels whose stdout a step's leftover process holds, kept open
     /// and drained until [`StepChannel::close`]: an exec ended while a
     /// process holds its streams keeps an engine waiting on them (Docker
@@ -178,7 +178,7 @@ impl StepChannel {
         Arc::new(StepChannel {
             exec,
             state: Mutex::new(State::Closed),
-            agent: Arc::default(),
+            agent: Arc::new(tokio::sync::watch::Sender::new(false)),
             lingering: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -218,11 +218,13 @@ impl StepChannel {
     /// or a plain one), to be released through this channel in
     /// `working_dir`, as an exec of its own would run it. The step's
     /// variables go in the start's prelude, which sets them for the step's
-    /// shell alone. `None` for an argv that is not a start's.
+    /// shell alone. Where the agent starts it, its status is signed with
+    /// the key `signing` gives. `None` for an argv that is not a start's.
     pub fn start(
         self: &Arc<Self>,
         argv: Vec<String>,
         working_dir: Option<&str>,
+        signing: Signing,
     ) -> Option<Box<dyn GatedStart>> {
         let argv = ungated(&argv);
         let key = super::end_key(&argv)?.to_string();
@@ -236,7 +238,7 @@ impl StepChannel {
         // which cannot sign: no key, and no status of it is refused.
         let mut status_key = None;
         if let Some(mut line) = native_line(&key, prefix, script, own, working_dir) {
-            let signed = StatusKey::new(Arc::clone(&self.agent));
+            let signed = StatusKey::new(Arc::clone(&self.agent), signing);
             // The status key's record, only here: the message is read
             // from the channel's stdin, never seen in a command line.
             if native::push_record(&mut line, 'm', &signed.hex()).is_some() {
@@ -393,7 +395,7 @@ impl GatedStart for ChannelStart {
             if out.agent {
                 self.channel
                     .agent
-                    .store(true, std::sync::atomic::Ordering::Release);
+                    .send_if_modified(|said| !std::mem::replace(said, true));
             }
             if out.marked && err.marked {
                 // Whole: the channel serves the next step.

@@ -13,19 +13,80 @@
 //! a status of that channel's starts without a valid signature: a forged
 //! one is a lost status, an infrastructure error, never the step's code.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use executor_core::RunLog;
+use tokio::sync::watch;
 
 #[path = "../../helper/siphash.rs"]
 mod siphash;
 
-/// The key one start's status file is signed with, and whether the
-/// channel it went through has said its agent runs (then its status
-/// must be signed).
+/// Whether a channel's agent said it runs: set once, watched by the
+/// starts through it.
+pub(super) type AgentSaid = Arc<watch::Sender<bool>>;
+
+/// A step's status key as the run's log gives it
+/// ([`RunLog::status_key`]): a resumed runner derives the same. Never
+/// printed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StepKey([u8; 16]);
+
+impl std::fmt::Debug for StepKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepKey(..)")
+    }
+}
+
+/// What a start's [`StatusKey`] is made of, from the run's log: the
+/// step's key, and whether the log has seen the attempt's environment
+/// sign a status ([`RunLog::signs_statuses`]; then a start whose agent
+/// signs must be signed even before its channel says the agent runs).
+///
+/// ```
+/// let (log, _) = executor_core::RunLog::memory();
+/// let signing = executor_container::detached::Signing::of(&log, "a1s0-00");
+/// assert!(!signing.environment_signs());
+/// assert!(!format!("{signing:?}").contains(&format!("{:?}", log.status_key("a1s0-00").unwrap())));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Signing {
+    key: Option<StepKey>,
+    environment: bool,
+}
+
+impl Signing {
+    /// The signing of the step whose id is `step_id`, as `log` has it.
+    pub fn of(log: &RunLog, step_id: &str) -> Self {
+        Signing {
+            key: log.status_key(step_id).map(StepKey),
+            environment: log.signs_statuses(),
+        }
+    }
+
+    /// The key a followed step's status must be signed with, where the
+    /// runner that started it recorded that it must
+    /// ([`RunLog::running_step_signed`]).
+    pub fn followed(log: &RunLog, step_id: &str) -> Option<StepKey> {
+        log.running_step_signed()
+            .then(|| log.status_key(step_id).map(StepKey))
+            .flatten()
+    }
+
+    /// Whether the log has seen the attempt's environment sign.
+    pub fn environment_signs(&self) -> bool {
+        self.environment
+    }
+}
+
+/// The key one start's status file is signed with, and whether its
+/// status must be signed: the channel it went through said its agent
+/// runs, or the run's log had seen the environment sign.
 #[derive(Clone)]
 pub struct StatusKey {
     key: [u8; 16],
-    agent: Arc<AtomicBool>,
+    agent: AgentSaid,
+    /// Required whatever the channel says.
+    known: bool,
 }
 
 impl std::fmt::Debug for StatusKey {
@@ -38,18 +99,38 @@ impl std::fmt::Debug for StatusKey {
 }
 
 impl StatusKey {
-    /// A fresh key from the system's random source, for a start through
-    /// a channel whose agent flag is `agent`.
-    pub(super) fn new(agent: Arc<AtomicBool>) -> Self {
-        let mut key = [0u8; 16];
-        if getrandom::getrandom(&mut key).is_err() {
-            // No random source: a key from the process's hasher, which
-            // the standard library seeds from it when it can.
-            let a = executor_core::labels::random_hex(16);
-            let b = executor_core::labels::random_hex(16);
-            key = siphash::key_of_hex(format!("{a}{b}").as_bytes()).unwrap_or_default();
+    /// The key of a start through a channel whose agent flag is `agent`:
+    /// the step's from `signing`, or a fresh one from the system's random
+    /// source for a run whose log has none.
+    pub(super) fn new(agent: AgentSaid, signing: Signing) -> Self {
+        let key = signing.key.map_or_else(fresh_key, |k| k.0);
+        StatusKey {
+            key,
+            agent,
+            known: signing.environment,
         }
-        StatusKey { key, agent }
+    }
+
+    /// The key of a step an earlier runner started and recorded as signed:
+    /// its status must be signed.
+    pub(super) fn followed(key: StepKey) -> Self {
+        StatusKey {
+            key: key.0,
+            agent: Arc::new(watch::Sender::new(false)),
+            known: true,
+        }
+    }
+
+    /// Resolves once the status must be signed.
+    pub(super) async fn required_now(&self) {
+        if self.known {
+            return;
+        }
+        let mut said = self.agent.subscribe();
+        if said.wait_for(|said| *said).await.is_err() {
+            // Never, then.
+            std::future::pending::<()>().await;
+        }
     }
 
     /// The key as the native line's `m` record carries it.
@@ -59,7 +140,7 @@ impl StatusKey {
 
     /// Whether the status must be signed: the channel's agent said it runs.
     pub fn required(&self) -> bool {
-        self.agent.load(Ordering::Acquire)
+        self.known || *self.agent.borrow()
     }
 
     /// The status line of `text`, a status file's content for the step
@@ -82,6 +163,41 @@ impl StatusKey {
             None => Err("it is not signed".into()),
         }
     }
+}
+
+/// `first`, a step's first exec, run while waiting for its status to be
+/// required: the moment it is (its channel's agent said it runs), the
+/// log's mark records it and `recorded` is set; `first` goes on all the
+/// while.
+pub(super) async fn recorded_when_required<T>(
+    first: impl std::future::Future<Output = T>,
+    key: &StatusKey,
+    log: &RunLog,
+    recorded: &mut bool,
+) -> T {
+    tokio::pin!(first);
+    tokio::select! {
+        biased;
+        ended = &mut first => ended,
+        () = key.required_now() => {
+            log.require_signed_status().await;
+            *recorded = true;
+            first.await
+        }
+    }
+}
+
+/// 128 bits from the system's random source.
+fn fresh_key() -> [u8; 16] {
+    let mut key = [0u8; 16];
+    if getrandom::getrandom(&mut key).is_err() {
+        // No random source: a key from the process's hasher, which the
+        // standard library seeds from it when it can.
+        let a = executor_core::labels::random_hex(16);
+        let b = executor_core::labels::random_hex(16);
+        key = siphash::key_of_hex(format!("{a}{b}").as_bytes()).unwrap_or_default();
+    }
+    key
 }
 
 /// Whether `a` and `b` are equal, in a time that does not depend on
@@ -135,9 +251,9 @@ mod tests {
 
     #[test]
     fn a_required_status_needs_the_starts_signature() {
-        let agent = Arc::new(AtomicBool::new(true));
-        let key = StatusKey::new(Arc::clone(&agent));
-        let other = StatusKey::new(Arc::clone(&agent));
+        let agent: AgentSaid = Arc::new(watch::Sender::new(true));
+        let key = StatusKey::new(Arc::clone(&agent), Signing::default());
+        let other = StatusKey::new(Arc::clone(&agent), Signing::default());
         let good = signed_text(&key, "/k/stepio-a", "1 2 3 4 5 0");
         assert_eq!(key.checked("/k/stepio-a", &good), Ok("1 2 3 4 5 0"));
         // Another start's key, another step's file, a changed status,
@@ -149,9 +265,41 @@ mod tests {
         assert!(key.checked("/k/stepio-a", "0\n").is_err());
         // A channel whose agent never said it runs: the shell's start,
         // which cannot sign.
-        agent.store(false, Ordering::Release);
+        agent.send_replace(false);
         assert_eq!(key.checked("/k/stepio-a", "0\n"), Ok("0"));
         assert!(!format!("{key:?}").contains(&key.hex()));
         assert_eq!(key.hex().len(), 32);
+    }
+
+    #[tokio::test]
+    async fn a_steps_key_is_the_logs_and_a_followed_one_is_required() {
+        let (log, _) = executor_core::RunLog::memory();
+        let agent: AgentSaid = Arc::new(watch::Sender::new(false));
+        let key = StatusKey::new(Arc::clone(&agent), Signing::of(&log, "a1s0-00"));
+        let again = StatusKey::new(Arc::clone(&agent), Signing::of(&log, "a1s0-00"));
+        assert_eq!(key.hex(), again.hex());
+        let good = signed_text(&key, "/k/stepio-a1s0-00", "0");
+        assert!(!key.required());
+        // A runner that follows the step on takes only its signature.
+        assert!(Signing::followed(&log, "a1s0-00").is_none());
+        log.require_signed_status().await;
+        let followed = StatusKey::followed(
+            Signing::followed(&log, "a1s0-00").unwrap_or_else(|| panic!("not recorded")),
+        );
+        assert!(followed.required());
+        assert_eq!(followed.checked("/k/stepio-a1s0-00", &good), Ok("0"));
+        assert!(followed.checked("/k/stepio-a1s0-00", "0\n").is_err());
+        // Once the log has seen the environment sign, a new channel's
+        // starts must be signed before their agent speaks.
+        let fresh: AgentSaid = Arc::new(watch::Sender::new(false));
+        assert!(StatusKey::new(fresh, Signing::of(&log, "a1s1-00")).required());
+        // The agent speaking wakes a start waiting to know.
+        let waiting = tokio::spawn({
+            let key = key.clone();
+            async move { key.required_now().await }
+        });
+        agent.send_replace(true);
+        waiting.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(key.required());
     }
 }

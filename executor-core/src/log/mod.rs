@@ -12,6 +12,7 @@ mod guard;
 mod limit;
 mod open;
 mod output;
+mod signed;
 mod stamps;
 mod writer;
 
@@ -105,6 +106,8 @@ struct Inner {
     step_key: String,
     /// What the running step cost, once its backend measured it.
     usage: Option<crate::usage::StepUsage>,
+    /// Which statuses must be signed; see [`RunLog::require_signed_status`].
+    signing: signed::Signing,
 }
 
 type Sinks = Arc<[Arc<dyn EventSink>]>;
@@ -321,7 +324,9 @@ impl RunLog {
             Event::StepStarted { step, .. } => {
                 inner.step = Some(step.clone());
                 inner.taken = [0, 0];
+                inner.signing.running_step = false;
             }
+            Event::EnvironmentReady { .. } => inner.signing = signed::Signing::default(),
             Event::StepResumed { step, .. } => inner.step = Some(step.clone()),
             Event::StepFinished { .. } => inner.step = None,
             _ => {}
@@ -377,8 +382,9 @@ impl Inner {
             guarded_stream: OutputStream::Stdout,
             limit: OutputLimit::default(),
             reword: None,
-            step_key: crate::labels::random_hex(32),
+            step_key: signed::run_secret(),
             usage: None,
+            signing: signed::Signing::default(),
         }
     }
 

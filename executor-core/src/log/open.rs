@@ -102,7 +102,7 @@ impl RunLog {
         }
         let owner = crate::resume::owner::Owner::take(path)?;
         file.set_len(0)?;
-        let step_key = crate::labels::random_hex(32);
+        let step_key = super::signed::run_secret();
         let mark = MarkFile::create(
             path,
             Mark {
@@ -156,6 +156,10 @@ impl RunLog {
             // The limit is the run's: what the log holds counts.
             inner.limit.already_logged(mark.log_len);
             inner.step_key = mark.step_key.clone();
+            inner.signing = super::signed::Signing {
+                environment: mark.signing,
+                running_step: mark.running.as_ref().is_some_and(|r| r.signed),
+            };
             if let Some(running) = &mark.running {
                 inner.taken = [running.stdout, running.stderr];
             }

@@ -131,6 +131,7 @@ impl RunLog {
             reword: _,
             step_key: _,
             usage: _,
+            signing: _,
         } = &mut *inner;
         let unmasked = match masks.as_mut().map(|m| &mut m[stream as usize]) {
             Some(mask) => {

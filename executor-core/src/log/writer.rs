@@ -29,6 +29,9 @@ pub(super) enum Message {
     Event(Box<Event>, Sinks, u32),
     /// Answered once everything before it is written (or failed).
     Flushed(tokio::sync::oneshot::Sender<()>),
+    /// The running step's status must be signed: answered once the mark
+    /// says so.
+    Signed(tokio::sync::oneshot::Sender<()>),
 }
 
 impl Dest {
@@ -118,6 +121,13 @@ pub(super) fn write_all_sent(
                 }
             }
             Message::Flushed(answer) => {
+                save_mark(&mut mark);
+                let _ = answer.send(());
+            }
+            Message::Signed(answer) => {
+                if let Some(mark) = mark.as_mut() {
+                    mark.signed();
+                }
                 save_mark(&mut mark);
                 let _ = answer.send(());
             }

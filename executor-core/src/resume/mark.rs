@@ -52,6 +52,11 @@ pub struct Mark {
     /// mark from before it was kept (its steps' ids are the old ones).
     #[serde(default)]
     pub step_key: String,
+    /// Whether the attempt's environment was seen to sign its steps'
+    /// statuses ([`RunLog::require_signed_status`](crate::RunLog::require_signed_status)):
+    /// a resumed runner then takes only signed ones from it.
+    #[serde(default)]
+    pub signing: bool,
 }
 
 /// The step a [`Mark`] saw running.
@@ -68,6 +73,10 @@ pub struct RunningStep {
     pub stdout: u64,
     /// Bytes of its stderr the log holds.
     pub stderr: u64,
+    /// Whether its status must be signed: a runner that follows it on
+    /// refuses one that is not.
+    #[serde(default)]
+    pub signed: bool,
 }
 
 impl RunningStep {
@@ -115,6 +124,7 @@ impl Mark {
             Event::RunStarted { at, .. } => self.run_started_at = Some(*at),
             Event::EnvironmentReady { attempt, .. } => {
                 self.attempt = *attempt;
+                self.signing = false;
                 self.caches.clear();
                 self.finished.clear();
                 self.running = None;
@@ -129,6 +139,7 @@ impl Mark {
                     started_at: *at,
                     stdout: 0,
                     stderr: 0,
+                    signed: false,
                 });
             }
             Event::StepFinished {
@@ -214,6 +225,16 @@ impl MarkFile {
         if let (Some([stdout, stderr]), Some(running)) = (committed, self.mark.running.as_mut()) {
             running.stdout = stdout;
             running.stderr = stderr;
+        }
+        self.dirty = true;
+    }
+
+    /// The running step's status must be signed, and so must every later
+    /// one of the attempt's environment.
+    pub(crate) fn signed(&mut self) {
+        self.mark.signing = true;
+        if let Some(running) = self.mark.running.as_mut() {
+            running.signed = true;
         }
         self.dirty = true;
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use executor_container::container::{gated_start_argv, Prepared, StepStart};
-use executor_container::detached::{ChannelExec, ChannelIo, StepChannel};
+use executor_container::detached::{ChannelExec, ChannelIo, Signing, StepChannel};
 use executor_core::{ExecutorError, StepCommand};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -40,6 +40,7 @@ impl DockerExecutor {
         working_dir: &str,
         step: &StepCommand,
         start: StepStart<'_>,
+        signing: Signing,
     ) -> Result<Option<Prepared>, ExecutorError> {
         // Every start goes through the container's channel: one message,
         // not an exec's create and start. A step an earlier runner started
@@ -49,7 +50,7 @@ impl DockerExecutor {
             None if self.through_channel && shell_names_only(step) => {
                 let argv = gated_start_argv(step, start)?;
                 self.step_channel(id, working_dir)
-                    .start(argv.clone(), Some(working_dir))
+                    .start(argv.clone(), Some(working_dir), signing)
                     .map(|gate| Prepared { gate, argv })
             }
             _ => None,

@@ -10,7 +10,7 @@ use executor_container::container::compressing::Compressing;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart, STATE_DIR,
 };
-use executor_container::detached::variables_prelude;
+use executor_container::detached::{variables_prelude, Signing};
 use executor_core::labels::{label_value, RUNNER_LABEL, RUNNER_RAW_KEY};
 use executor_core::tar::{pack_dir, pack_folders, PackedFolder, UnpackLimits, UnpackSummary};
 use executor_core::{
@@ -252,7 +252,10 @@ impl Executor for DockerExecutor {
         if self.has_services(id) {
             self.keep_log_for_services(id, log);
         }
-        let prepared = self.prepared_start(id, &run.work_dir, step, start).await?;
+        let signing = Signing::of(log, &step.id);
+        let prepared = self
+            .prepared_start(id, &run.work_dir, step, start, signing)
+            .await?;
         let outcome = run_command(&channel, step, start, prepared, log, &interrupt).await;
         // A run without services has none that stopped: no engine call.
         executor_core::service::naming_stopped(outcome, self.stopped_services(id)).await

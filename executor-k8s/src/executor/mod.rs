@@ -10,6 +10,7 @@ use executor_container::container::compressing::pack_out_argv;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart,
 };
+use executor_container::detached::Signing;
 use executor_core::tar::{unpack_untrusted, UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
@@ -285,7 +286,7 @@ impl Executor for K8sExecutor {
                 let argv = executor_container::container::gated_start_argv(step, start)?;
                 // The variables and the folder are the prelude's.
                 self.step_channel(&live.pod)
-                    .start(argv.clone(), None)
+                    .start(argv.clone(), None, Signing::of(log, &step.id))
                     .map(|gate| executor_container::container::Prepared { gate, argv })
             }
             Some(_) => None,

@@ -190,7 +190,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
             a_step_cut_twice_keeps_every_byte_and_its_code);
         $crate::conformance_tests!(@needing $make; $attrs; [$($another)?];
-            a_killed_runner_is_resumed_with_the_right_result);
+            a_killed_runner_is_resumed_with_the_right_result,
+            a_left_process_cannot_settle_a_step_a_new_runner_follows);
         $crate::conformance_tests!(@needing $make; $attrs; [$($lose)?];
             retry_recovers_from_a_lost_environment);
     };

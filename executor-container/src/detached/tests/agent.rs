@@ -4,6 +4,7 @@
 
 use super::channel::{through, through_with, HostChannel};
 use super::*;
+use std::sync::Arc;
 
 /// The command line of the step's parent, its supervisor.
 const PARENT: &str = "tr '\\0' ' ' < /proc/$PPID/cmdline";
@@ -204,5 +205,110 @@ async fn a_start_the_agent_leaves_to_the_shell_is_read_back_unsigned() {
         assert_eq!(end, StepEnd::Exited(7), "{shell:?}: {text}");
         assert!(text.contains("following it on"), "{shell:?}");
         assert_eq!(out, numbered_lines(), "{shell:?}");
+    }
+}
+
+/// Ends the step whose files are `DIR/stepio-ID` as a process an earlier
+/// step left could, while no runner follows it: its supervisor and the
+/// processes under it killed, and `0` written into its status file.
+const FORGES_A_STEPS_STATUS: &str = r#"p=; read -r p _ < "$0.pid"
+k=; for q in /proc/[0-9]*; do
+  l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
+  [ "$2" = "$p" ] && k="$k ${q#/proc/}"
+done
+kill -9 "$p" $k
+printf '0 \n' > "$0.status""#;
+
+/// Step `id` started through `channel` by a runner whose log is `path`,
+/// which is killed once the step has printed `started`.
+async fn started_then_killed(
+    channel: &Arc<StepChannel>,
+    exec: &HostExec,
+    (id, files, start): (&str, &StepFiles, &[String]),
+    path: &Path,
+) {
+    let log = RunLog::create_resumable(path).unwrap();
+    log.emit(executor_core::events::Event::StepStarted {
+        at: time::OffsetDateTime::now_utc(),
+        attempt: 1,
+        step: "waits".into(),
+        index: 0,
+    });
+    let (seen_tx, mut seen) = tokio::sync::watch::channel(false);
+    log.add_sink(Arc::new(move |event: &executor_core::events::Event| {
+        if event
+            .output_bytes()
+            .is_some_and(|b| String::from_utf8_lossy(b).contains("started"))
+        {
+            seen_tx.send_replace(true);
+        }
+    }));
+    let gate = channel.start(start.to_vec(), None, Signing::of(&log, id));
+    let interrupt = CancellationToken::new();
+    let first = run_step_released(exec, files, start, gate, &log, &interrupt, FOLLOW_NOW);
+    tokio::select! {
+        end = first => panic!("the step ended before its runner was killed: {end:?}"),
+        seen = tokio::time::timeout(Duration::from_secs(30), seen.wait_for(|s| *s)) => {
+            assert!(matches!(seen, Ok(Ok(_))), "the step never printed");
+        }
+    }
+    assert!(log.flush(Duration::from_secs(30)).await);
+}
+
+/// Follows step `files` on as a runner that resumed the log at `path`.
+async fn followed_by_a_new_runner(
+    exec: &HostExec,
+    (id, files, start): (&str, &StepFiles, &[String]),
+    path: &Path,
+) -> StepEnd {
+    let (log, mark) = RunLog::resume(path).unwrap();
+    let running = mark.running.clone().unwrap();
+    assert!(running.signed, "the first runner recorded that it signs");
+    let follow = Follow {
+        from: Some(running.offsets()),
+        signed: Signing::followed(&log, id),
+        ..FOLLOW_NOW
+    };
+    run_step(exec, files, start, &log, &CancellationToken::new(), follow)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_resumed_runner_takes_only_the_status_its_predecessors_start_signed() {
+    if AGENT.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        let channel = StepChannel::new(HostChannel::new(&shell, &[]));
+        let exec = HostExec::new(&shell, &[]);
+        let folder = executor_core::script::quote(&dir.path().display().to_string());
+        let waits = format!("echo started; until [ -e {folder}/go ]; do sleep 0.01; done; exit 1");
+        for (id, forged) in [("s0", true), ("s1", false)] {
+            let files = StepFiles::new(&dir.path().display().to_string(), id);
+            let start = files.gated_start_argv("", Script::Inline(&waits));
+            let path = logs.path().join(format!("{id}.log"));
+            started_then_killed(&channel, &exec, (id, &files, &start), &path).await;
+            if forged {
+                let prefix = format!("{}/stepio-{id}", dir.path().display());
+                let done = std::process::Command::new("sh")
+                    .args(["-c", FORGES_A_STEPS_STATUS, &prefix])
+                    .status()
+                    .unwrap();
+                assert!(done.success(), "{shell:?}");
+            } else {
+                std::fs::write(dir.path().join("go"), "").unwrap();
+            }
+            let end = followed_by_a_new_runner(&exec, (id, &files, &start), &path).await;
+            match (forged, &end) {
+                (true, StepEnd::Lost(why)) => {
+                    assert!(why.contains("not signed"), "{shell:?}: {why}")
+                }
+                (false, StepEnd::Exited(1)) => {}
+                _ => panic!("{shell:?}: {id} (forged: {forged}) ended as {end:?}"),
+            }
+        }
     }
 }

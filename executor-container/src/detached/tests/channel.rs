@@ -272,7 +272,11 @@ pub(super) async fn through_with(
         exec,
         &files,
         &start,
-        Some(channel.start(start.clone(), working_dir).unwrap()),
+        Some(
+            channel
+                .start(start.clone(), working_dir, Signing::of(&log, id))
+                .unwrap(),
+        ),
         &log,
         &CancellationToken::new(),
         FOLLOW_NOW,

@@ -245,6 +245,7 @@ fn shells() -> Vec<Vec<&'static str>> {
 const FOLLOW_NOW: Follow = Follow {
     reconnect: Duration::from_secs(5),
     from: None,
+    signed: None,
 };
 
 /// A fresh state folder and the files of step `t` in it.

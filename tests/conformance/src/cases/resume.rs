@@ -5,12 +5,42 @@ use std::sync::Arc;
 use executor_core::events::Event;
 use executor_core::resume::resume_with;
 use executor_core::{
-    run_with, DriverOptions, ExecutorError, FailureKind, RunLog, RunStatus, Step, StepStatus,
+    run_with, DriverOptions, ExecutorError, FailureKind, RunLog, RunSpec, RunStatus, Step,
+    StepStatus,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::fixture::{assert_nothing_left, assert_valid_result, bounded, Fixture, PATIENCE};
 use crate::Backend;
+
+/// Runs `spec` with `log` until a step has printed `text`, then drops the
+/// run at once, as a runner killed with SIGKILL would leave it.
+async fn killed_once_printed(backend: &dyn Backend, spec: &RunSpec, log: &RunLog, text: &str) {
+    let (seen_tx, mut seen) = tokio::sync::watch::channel(false);
+    let text = text.to_string();
+    log.add_sink(Arc::new(move |event: &Event| {
+        if event
+            .output_bytes()
+            .is_some_and(|b| String::from_utf8_lossy(b).contains(&text))
+        {
+            seen_tx.send_replace(true);
+        }
+    }));
+    let options = DriverOptions::default();
+    let first = run_with(
+        backend.executor(),
+        spec,
+        log,
+        CancellationToken::new(),
+        &options,
+    );
+    tokio::select! {
+        _ = first => panic!("the run ended before the runner was killed"),
+        waited = tokio::time::timeout(PATIENCE, seen.wait_for(|s| *s)) => {
+            assert!(matches!(waited, Ok(Ok(_))), "no step printed what the runner is killed at");
+        }
+    }
+}
 
 /// A runner killed mid-step (its run dropped at once, as SIGKILL would,
 /// with a last write its log's mark never counted) is resumed by another
@@ -43,37 +73,8 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let path = dir.path().join("run.log");
     let log = RunLog::create_resumable(&path).unwrap_or_else(|e| panic!("{e}"));
-    let (seen_tx, mut seen) = tokio::sync::watch::channel(false);
-    log.add_sink(Arc::new(move |event: &Event| {
-        if event
-            .output_bytes()
-            .is_some_and(|b| String::from_utf8_lossy(b).contains("tick-5\n"))
-        {
-            seen_tx.send_replace(true);
-        }
-    }));
-    let first = {
-        let log = log.clone();
-        let spec = spec.clone();
-        let executor = backend.executor();
-        async move {
-            run_with(
-                executor,
-                &spec,
-                &log,
-                CancellationToken::new(),
-                &DriverOptions::default(),
-            )
-            .await
-        }
-    };
     // The runner dies at the fifth tick: its run is dropped mid-step.
-    tokio::select! {
-        _ = first => panic!("the run ended before the runner was killed"),
-        waited = tokio::time::timeout(PATIENCE, seen.wait_for(|s| *s)) => {
-            assert!(matches!(waited, Ok(Ok(_))), "the step never printed tick-5");
-        }
-    }
+    killed_once_printed(backend, &spec, &log, "tick-5\n").await;
     assert!(log.flush(PATIENCE).await, "the log never drained");
     drop(log);
     // A write that reached the file but not the mark: written again.
@@ -153,4 +154,84 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
     }
     let (_, mark) = RunLog::resume(&path).unwrap_or_else(|e| panic!("{e}"));
     assert!(mark.run_finished);
+}
+
+/// A process an earlier step left, which waits for a runner to follow a
+/// later step on (its follow's command line) and then writes `0` into
+/// that step's status file and kills its supervisor. Where it finds no
+/// step files (a backend without a state folder), it does nothing.
+const SETTLES_A_FOLLOWED_STEP: &str = r#"d=$(dirname "$0"); me=$PPID
+( ls "$d"/stepio-*.pid > /dev/null 2>&1 || exit 0
+  until grep -qs '_kd=[$]0; o=[$]1' /proc/[0-9]*/cmdline; do sleep 0.01; done
+  for f in "$d"/stepio-*.pid; do
+    p=; { read -r p _ < "$f"; } 2>/dev/null
+    [ -n "$p" ] && [ "$p" != "$me" ] && kill -0 "$p" && break
+  done
+  printf '0 \n' > "${f%.pid}.status"
+  k=; for q in /proc/[0-9]*; do
+    l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
+    [ "$2" = "$p" ] && k="$k ${q#/proc/}"
+  done
+  kill -9 "$p" $k ) > /dev/null 2>&1 &
+echo left"#;
+
+/// A step whose runner was killed is followed on by a new one
+/// ([`Backend::another_runner`]), and a process an earlier step left
+/// settles its status meanwhile (`SETTLES_A_FOLLOWED_STEP`): the new
+/// runner takes only what the first one's start signed, as the first
+/// would have, so the step is never a success. Listed as ignored where
+/// runs do not outlive their runner (`another_runner`).
+pub async fn a_left_process_cannot_settle_a_step_a_new_runner_follows(backend: &dyn Backend) {
+    let Some(second) = backend.another_runner().await else {
+        panic!(
+            "this backend's runs do not outlive their runner: give conformance_tests! \
+             `another_runner: \"why\"`"
+        );
+    };
+    let fx = Fixture::new("settle-resumed");
+    let spec = fx
+        .spec(backend, "settle-resumed")
+        .step(Step::new("leave", SETTLES_A_FOLLOWED_STEP))
+        .step(Step::new(
+            "fails",
+            "echo failing; i=0; while [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 1",
+        ));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("run.log");
+    let log = RunLog::create_resumable(&path).unwrap_or_else(|e| panic!("{e}"));
+    killed_once_printed(backend, &spec, &log, "failing\n").await;
+    assert!(log.flush(PATIENCE).await, "the log never drained");
+    drop(log);
+    let live = bounded(second.reattach(&fx.runner, "settle-resumed"))
+        .await
+        .unwrap_or_else(|e| panic!("reattach: {e}"));
+    let again = live
+        .plan
+        .clone()
+        .into_spec(fx.outputs(), Vec::new())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (log, mark) = RunLog::resume(&path).unwrap_or_else(|e| panic!("{e}"));
+    let result = bounded(resume_with(
+        second.as_ref(),
+        &live,
+        &again,
+        &mark,
+        &log,
+        CancellationToken::new(),
+        &DriverOptions::default(),
+    ))
+    .await;
+    assert!(log.flush(PATIENCE).await, "the log never drained");
+    drop(log);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_valid_result(&result);
+    assert_eq!(result.steps[0].status, StepStatus::Success, "{text}");
+    let step = &result.steps[1];
+    assert_ne!(step.status, StepStatus::Success, "{text}");
+    assert_ne!(step.exit_code, Some(0), "{text}");
+    if step.status == StepStatus::Error {
+        let error = step.error.clone().unwrap_or_default();
+        assert!(error.contains("not signed"), "{error}\n{text}");
+    }
+    assert_nothing_left(backend, &fx.runner).await;
 }

@@ -1,0 +1,67 @@
+//! The exec a backend gives the step protocol, and how an exec and a
+//! step end.
+
+use async_trait::async_trait;
+use executor_core::ExecutorError;
+#[cfg(doc)]
+use executor_core::FailureKind;
+use tokio::io::AsyncWrite;
+use tokio_util::sync::CancellationToken;
+
+#[cfg(doc)]
+use super::{marks_its_end, run_step};
+
+/// How one exec ended, as a backend reports it to [`run_step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEnd {
+    /// Its command exited with this code.
+    Exited(i32),
+    /// Its stream ended without an error, and the backend did not ask the
+    /// engine for its code: it may answer so only for an exec that marks
+    /// its end ([`marks_its_end`]), whose status the end marks carry.
+    /// Anything else takes it for a cut.
+    Ended,
+    /// Its stream broke, or it ended without a status; the command itself
+    /// may still run.
+    Cut(String),
+    /// The interrupt fired first.
+    Interrupted,
+}
+
+/// The exec a backend gives the step protocol: a command in the run's
+/// environment, as the step's own user.
+#[async_trait]
+pub trait StepExec: Send + Sync {
+    /// Runs `argv`, its stdout and stderr into the writers as they arrive,
+    /// until it ends or `interrupt` fires.
+    ///
+    /// # Errors
+    /// When the exec could not be started: of kind
+    /// [`FailureKind::Unreachable`] when another try may pass.
+    async fn exec(
+        &self,
+        argv: &[String],
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        stderr: &mut (dyn AsyncWrite + Send + Unpin),
+        interrupt: &CancellationToken,
+    ) -> Result<ExecEnd, ExecutorError>;
+
+    /// Runs the kill script, as root where the backend can.
+    ///
+    /// # Errors
+    /// When it could not be run or failed.
+    async fn kill(&self, script: &str) -> Result<(), ExecutorError>;
+}
+
+/// How a step ended, as far as the protocol can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepEnd {
+    /// The step exited with this code.
+    Exited(i32),
+    /// The interrupt fired; the step's processes were killed.
+    Interrupted,
+    /// No status will come: the supervisor is gone without one, or the
+    /// status file holds something else. The backend asks its
+    /// environment why.
+    Lost(String),
+}
