@@ -44,10 +44,9 @@ impl DockerExecutor {
     ) -> Result<Option<Prepared>, ExecutorError> {
         // Every start goes through the container's channel: one message,
         // not an exec's create and start. A step an earlier runner started
-        // is followed; one whose variables a shell cannot set gets an exec
-        // of its own, opened ahead.
+        // is followed.
         let through_channel = match step.follow_from {
-            None if self.through_channel && shell_names_only(step) => {
+            None if self.through_channel => {
                 let argv = gated_start_argv(step, start)?;
                 self.step_channel(id, working_dir)
                     .start(argv.clone(), Some(working_dir), signing)
@@ -59,19 +58,11 @@ impl DockerExecutor {
             Some(prepared) => Some(prepared),
             None => self.ahead.take(id, step).await,
         };
-        if !self.through_channel || !step.upcoming.iter().all(shell_names_only) {
+        if !self.through_channel {
             self.open_ahead(id, working_dir, step, start);
         }
         Ok(prepared)
     }
-}
-
-/// Whether every variable of `step` has a name a shell can set: its start
-/// then sets them all, and can go through the channel.
-fn shell_names_only(step: &StepCommand) -> bool {
-    step.env
-        .iter()
-        .all(|(name, _)| executor_container::detached::is_variable_name(name))
 }
 
 /// Opens a channel's exec in one container, as its steps' user.

@@ -233,10 +233,23 @@ impl Executor for DockerExecutor {
         interrupt: CancellationToken,
     ) -> Result<CommandOutcome, ExecutorError> {
         let id = run.id.as_str();
+        // Every start goes through the channel, whose agent signs the
+        // step's status and sets its variables from the start's prelude:
+        // a name a shell cannot set would need an exec of its own, whose
+        // shell cannot sign. A RunSpec allows no such name either.
+        if let Some((name, _)) = step
+            .env
+            .iter()
+            .find(|(name, _)| executor_core::validate_env_key(name).is_err())
+        {
+            return Err(ExecutorError::InvalidInput(format!(
+                "step {}: StepCommand::env has the name {name:?}, which a shell cannot set: use letters, digits and _, not starting with a digit",
+                step.name
+            )));
+        }
         // A script the run was not started with goes in the command line.
         let scripts = self.live().get(id).cloned().unwrap_or_default();
-        // The step's variables are set for its shell alone, by its start;
-        // only a name a shell cannot set needs the exec's own settings.
+        // The step's variables are set for its shell alone, by its start.
         let (prelude, exec_env) = variables_prelude(&step.env);
         let channel = execs::StepChannel {
             executor: self,

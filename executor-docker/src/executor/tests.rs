@@ -429,6 +429,34 @@ async fn a_step_goes_through_the_channel_with_its_folder_and_variables() {
     );
 }
 
+/// A variable a shell cannot set would need a start of its own, which
+/// cannot sign the step's status: refused by name, with no call to the
+/// engine (the mock has no expectation).
+#[tokio::test]
+async fn a_variable_a_shell_cannot_set_is_refused_by_name() {
+    let executor =
+        DockerExecutor::with_engine(Arc::new(MockEngine::new()), DockerOptions::default());
+    let mut odd = step();
+    odd.env.push(("a-b".into(), "x".into()));
+    let refused = executor
+        .command(
+            &RunHandle::in_container("c"),
+            &odd,
+            &RunLog::discard(),
+            CancellationToken::new(),
+        )
+        .await;
+    match refused {
+        Err(ExecutorError::InvalidInput(msg)) => {
+            assert!(
+                msg.contains("StepCommand::env") && msg.contains("\"a-b\""),
+                "{msg}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A reader that keeps a copy of what was read.
 struct Recording<'a, R>(&'a mut R, Arc<std::sync::Mutex<Vec<u8>>>);
 
