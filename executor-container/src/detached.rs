@@ -178,9 +178,12 @@ pub async fn run_step_released(
     interrupt: &CancellationToken,
     follow: Follow,
 ) -> Result<StepEnd, ExecutorError> {
-    let gated = gate.is_some();
+    // Whether the first exec is the gate's release: its start may have
+    // died at the gate.
+    let mut gated = gate.is_some() && follow.from.is_none();
+    let gate_key = gate.as_ref().and_then(|gate| gate.status_key());
     let mut status_key = match follow.from {
-        None => gate.as_ref().and_then(|gate| gate.status_key()),
+        None => gate_key.clone(),
         Some(_) => follow.signed.map(StatusKey::followed),
     };
     // Whether the log's mark says the step's status must be signed: put
@@ -215,8 +218,16 @@ pub async fn run_step_released(
         Some(from) => match started(exec, files, follow, log, interrupt).await? {
             Some(true) => ExecEnd::Cut("the runner that started it is gone".into()),
             Some(false) if from == Offsets::default() => {
-                // The shell starts it: no status it writes is signed.
-                status_key = None;
+                // It starts now, as it would have: released where it was
+                // opened ahead (its status signed with the gate's key),
+                // else the shell starts it, which cannot sign.
+                gated = released.is_gated();
+                status_key = gate_key;
+                recorded = false;
+                if status_key.as_ref().is_some_and(StatusKey::required) {
+                    log.require_signed_status().await;
+                    recorded = true;
+                }
                 marked.exec(start, &mut out, &mut err, interrupt).await?
             }
             // Its log has output of it, yet its files are gone.

@@ -60,6 +60,16 @@ pub(super) struct Released<'a> {
     pub(super) exec: &'a dyn StepExec,
 }
 
+impl Released<'_> {
+    /// Whether its next exec is the gate's release.
+    pub(super) fn is_gated(&self) -> bool {
+        self.gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
 #[async_trait]
 impl StepExec for Released<'_> {
     async fn exec(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use executor_container::container::{gated_start_argv, Prepared, StepStart};
 use executor_container::detached::{ChannelExec, ChannelIo, Signing, StepChannel};
-use executor_core::{ExecutorError, StepCommand};
+use executor_core::{ExecutorError, Offsets, StepCommand};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
@@ -44,9 +44,14 @@ impl DockerExecutor {
     ) -> Result<Option<Prepared>, ExecutorError> {
         // Every start goes through the container's channel: one message,
         // not an exec's create and start. A step an earlier runner started
-        // is followed.
+        // is followed; one it may not have started (the log has nothing
+        // of it) has its start ready, released only if it never started.
         let through_channel = match step.follow_from {
-            None if self.through_channel => {
+            None
+            | Some(Offsets {
+                stdout: 0,
+                stderr: 0,
+            }) if self.through_channel => {
                 let argv = gated_start_argv(step, start)?;
                 self.step_channel(id, working_dir)
                     .start(argv.clone(), Some(working_dir), signing)

@@ -101,3 +101,50 @@ async fn an_interrupted_step_leaves_no_process_behind() {
     executor.stop(&handle).await.unwrap();
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
+
+/// A step a resumed runner may not have started (`follow_from` at no
+/// byte) and finds not started goes through the container's channel as
+/// a first start does: the agent starts it, so its status is signed and
+/// the log records that it must be.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test]
+async fn a_step_a_new_runner_starts_anew_goes_through_the_channel() {
+    let backend = docker_with(common::options()).await;
+    let fx = Fixture::new("anew");
+    let spec = fx.spec(&backend, "anew");
+    let executor = &backend.0;
+    let handle = executor
+        .start(&spec, &RunLog::discard(), CancellationToken::new())
+        .await
+        .unwrap();
+    let step = executor_core::StepCommand {
+        id: executor_core::labels::random_hex(8),
+        follow_from: Some(executor_core::Offsets::default()),
+        upcoming: Vec::new(),
+        name: "s".into(),
+        script: "tr '\\0' ' ' < /proc/$PPID/cmdline".into(),
+        env: handle.standard_env(),
+    };
+    let (log, text) = RunLog::memory();
+    let outcome = executor
+        .command(&handle, &step, &log, CancellationToken::new())
+        .await
+        .unwrap();
+    log.flush(std::time::Duration::from_secs(30)).await;
+    let text = text.text();
+    assert_eq!(outcome, executor_core::CommandOutcome::exited(0), "{text}");
+    assert!(
+        text.lines().any(|l| l
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .ends_with(executor_container::detached::AGENT_FILE)),
+        "the step's parent is not the agent: {text}"
+    );
+    assert!(log.running_step_signed(), "{text}");
+    executor.stop(&handle).await.unwrap();
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}

@@ -280,9 +280,15 @@ impl Executor for K8sExecutor {
             reconnect: self.options.reconnect_timeout,
         };
         // Every start goes through the pod's channel: one message, not an
-        // exec's set-up. A step an earlier runner started is followed.
+        // exec's set-up. A step an earlier runner started is followed; one
+        // it may not have started (the log has nothing of it) has its
+        // start ready, released only if it never started.
         let prepared = match step.follow_from {
-            None => {
+            None
+            | Some(executor_core::Offsets {
+                stdout: 0,
+                stderr: 0,
+            }) => {
                 let argv = executor_container::container::gated_start_argv(step, start)?;
                 // The variables and the folder are the prelude's.
                 self.step_channel(&live.pod)

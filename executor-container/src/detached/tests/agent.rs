@@ -312,3 +312,48 @@ async fn a_resumed_runner_takes_only_the_status_its_predecessors_start_signed() 
         }
     }
 }
+
+/// A step a resumed runner finds not started (the log had nothing of it)
+/// starts through the channel it was given, as the first runner's would
+/// have: the agent is its parent, no exec of its own starts it, and its
+/// status is recorded as signed.
+#[tokio::test]
+async fn a_step_a_resumed_runner_starts_anew_goes_through_the_channel() {
+    if AGENT.is_empty() {
+        return;
+    }
+    for shell in shells() {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = StepChannel::new(HostChannel::new(&shell, &[]));
+        let exec = HostExec::new(&shell, &[]);
+        let (log, text) = RunLog::memory();
+        let outputs = Outputs::attach(&log);
+        let files = StepFiles::new(&dir.path().display().to_string(), "s0");
+        let start = files.gated_start_argv("", Script::Inline(&format!("{PARENT}; exit 3")));
+        let gate = channel.start(start.clone(), None, Signing::of(&log, "s0"));
+        let follow = Follow {
+            from: Some(Offsets::default()),
+            ..FOLLOW_NOW
+        };
+        let interrupt = CancellationToken::new();
+        let end = run_step_released(&exec, &files, &start, gate, &log, &interrupt, follow)
+            .await
+            .unwrap();
+        log.flush(Duration::from_secs(30)).await;
+        assert_eq!(end, StepEnd::Exited(3), "{shell:?}: {}", text.text());
+        let (out, _) = outputs.get();
+        assert!(
+            out.split(' ')
+                .next()
+                .unwrap_or_default()
+                .ends_with(AGENT_FILE),
+            "{shell:?}: the step's parent is {out:?}"
+        );
+        let execs = exec.execs.lock().unwrap();
+        assert!(
+            execs.iter().all(|argv| !marks_its_end(argv)),
+            "{shell:?}: no start of the step's own: {execs:?}"
+        );
+        assert!(log.running_step_signed(), "{shell:?}");
+    }
+}
