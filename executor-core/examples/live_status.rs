@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use executor_core::events::{Event, EventSink, OutputStream};
-use executor_core::{run_with, DriverOptions, RunLog, RunSpec, Step};
+use executor_core::{run_with, DriverOptions, RunLog, RunSpec, Step, StepStatus};
 use executor_shell::ShellExecutor;
 use tokio_util::sync::CancellationToken;
 
@@ -64,13 +64,22 @@ impl EventSink for LiveStatus {
                 status,
                 exit_code,
                 duration_ms,
+                failure,
                 ..
             } => {
                 for stream in [OutputStream::Stdout, OutputStream::Stderr] {
                     self.print_lines(step, stream, "", true);
                 }
                 let code = exit_code.map_or_else(|| "no exit code".into(), |c| format!("exit {c}"));
-                println!("{step}: {} ({code}, {duration_ms} ms)", status.as_str());
+                // An error says why: a lost status, an environment gone.
+                let why = failure
+                    .as_ref()
+                    .filter(|_| *status == StepStatus::Error)
+                    .map_or_else(String::new, |f| format!(": {}", f.message));
+                println!(
+                    "{step}: {} ({code}, {duration_ms} ms){why}",
+                    status.as_str()
+                );
             }
             Event::RunFinished { result, .. } => {
                 println!("run {}: {}", result.name, result.status.as_str())

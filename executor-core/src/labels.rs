@@ -92,25 +92,32 @@ pub fn unix_now() -> u64 {
 /// `digits` hex digits, different on every call in a process and unlikely
 /// to repeat across processes: suffixes that keep names unique.
 ///
+/// Not a secret: the digits come from the process's hasher.
+///
 /// ```
 /// let a = executor_core::labels::random_hex(8);
 /// assert_eq!(a.len(), 8);
 /// assert_ne!(a, executor_core::labels::random_hex(8));
+/// assert_eq!(executor_core::labels::random_hex(40).len(), 40);
 /// ```
 pub fn random_hex(digits: usize) -> String {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    let hex = format!("{:016x}", h.finish());
-    hex[..digits.min(16)].to_string()
+    let mut hex = String::with_capacity(digits.saturating_add(16));
+    while hex.len() < digits {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        hex.push_str(&format!("{:016x}", h.finish()));
+    }
+    hex.truncate(digits);
+    hex
 }
 
 #[cfg(test)]

@@ -193,9 +193,8 @@ fn fresh_key() -> [u8; 16] {
     if getrandom::getrandom(&mut key).is_err() {
         // No random source: a key from the process's hasher, which the
         // standard library seeds from it when it can.
-        let a = executor_core::labels::random_hex(16);
-        let b = executor_core::labels::random_hex(16);
-        key = siphash::key_of_hex(format!("{a}{b}").as_bytes()).unwrap_or_default();
+        let hex = executor_core::labels::random_hex(32);
+        key = siphash::key_of_hex(hex.as_bytes()).unwrap_or_default();
     }
     key
 }

@@ -30,7 +30,7 @@ pub(super) fn run_secret() -> String {
         Ok(()) => hex::encode(bytes),
         // No random source: the process's hasher, which the standard
         // library seeds from it when it can.
-        Err(_) => (0..4).map(|_| crate::labels::random_hex(16)).collect(),
+        Err(_) => crate::labels::random_hex(64),
     }
 }
 
