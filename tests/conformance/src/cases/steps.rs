@@ -274,7 +274,9 @@ pub async fn a_left_process_cannot_settle_a_later_steps_status(backend: &dyn Bac
     let (result, log) = run_to_end(backend, &spec).await;
     let text = log.text();
     assert_eq!(result.steps[0].status, StepStatus::Success, "{text}");
-    assert!(text.contains("\nfailing\n"), "{text}");
+    // The leftover may end the step before its first line is out: that
+    // it started is what counts.
+    assert!(text.contains("step fails: started"), "{text}");
     let step = &result.steps[1];
     assert_ne!(step.status, StepStatus::Success, "{text}");
     assert_ne!(step.exit_code, Some(0), "{text}");
