@@ -55,7 +55,12 @@ impl Event {
                 // An error has no code to tell what happened: its reason does.
                 let why = match (status, failure) {
                     (StepStatus::Error, Some(failure)) => {
-                        format!(": {}", crate::text::one_line(&failure.message, 300))
+                        // The result's message names the step; this line
+                        // already does.
+                        let prefix = format!("step {step}: ");
+                        let message = failure.message.strip_prefix(&prefix);
+                        let message = message.unwrap_or(&failure.message);
+                        format!(": {}", crate::text::one_line(message, 300))
                     }
                     _ => String::new(),
                 };

@@ -63,14 +63,15 @@ fn a_step_that_errs_says_why_on_its_end_line() {
     use crate::FailureKind;
     let lost = Failure::new(
         FailureKind::Internal,
-        "exit status of step build was lost: its supervisor ended without writing a status",
+        "step build: exit status of step build was lost: its supervisor ended without writing a status",
     );
     let line = finished(StepStatus::Error, None, Some(lost))
         .line()
         .unwrap();
     assert_eq!(
         line,
-        "step build: error (no exit code, 1.500s): exit status of step build was lost: its supervisor ended without writing a status"
+        "step build: error (no exit code, 1.500s): exit status of step build was lost: its supervisor ended without writing a status",
+        "the step is named once"
     );
     // A failure's code says it all.
     let failed = Failure::new(FailureKind::Step, "step build exited 2");

@@ -1,15 +1,17 @@
 //! A run outlives its runner process.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use executor_core::events::Event;
-use executor_core::resume::resume_with;
+use executor_core::resume::{resume_with, Mark};
 use executor_core::{
-    run_with, DriverOptions, ExecutorError, FailureKind, RunLog, RunSpec, RunStatus, Step,
-    StepStatus,
+    run_with, DriverOptions, Executor, ExecutorError, FailureKind, RunLog, RunResult, RunSpec,
+    RunStatus, Step, StepStatus,
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::cases::steps::FORGES_AND_ENDS;
 use crate::fixture::{assert_nothing_left, assert_valid_result, bounded, Fixture, PATIENCE};
 use crate::Backend;
 
@@ -40,6 +42,42 @@ async fn killed_once_printed(backend: &dyn Backend, spec: &RunSpec, log: &RunLog
             assert!(matches!(waited, Ok(Ok(_))), "no step printed what the runner is killed at");
         }
     }
+}
+
+/// The run `name` of `fx`, whose runner was killed with its log at
+/// `path`, carried on to its end by `second` as a new runner process
+/// would: its (valid) result, the mark it carried on from, and its log.
+async fn carried_on(
+    second: &dyn Executor,
+    fx: &Fixture,
+    name: &str,
+    path: &Path,
+) -> (RunResult, Mark, String) {
+    let live = bounded(second.reattach(&fx.runner, name))
+        .await
+        .unwrap_or_else(|e| panic!("reattach: {e}"));
+    let again = live
+        .plan
+        .clone()
+        .into_spec(fx.outputs(), Vec::new())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (log, mark) = RunLog::resume(path).unwrap_or_else(|e| panic!("{e}"));
+    let result = bounded(resume_with(
+        second,
+        &live,
+        &again,
+        &mark,
+        &log,
+        CancellationToken::new(),
+        &DriverOptions::default(),
+    ))
+    .await;
+    assert!(log.flush(PATIENCE).await, "the log never drained");
+    drop(log);
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{e}"));
+    assert_valid_result(&result);
+    assert_eq!(result.steps.len(), again.steps.len(), "{text}");
+    (result, mark, text)
 }
 
 /// A runner killed mid-step (its run dropped at once, as SIGKILL would,
@@ -85,31 +123,8 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
     std::io::Write::write_all(&mut file, b"tick-6\npartial-").unwrap_or_else(|e| panic!("{e}"));
     drop(file);
 
-    let live = bounded(second.reattach(&fx.runner, "resumed"))
-        .await
-        .unwrap_or_else(|e| panic!("reattach: {e}"));
-    assert_eq!(live.plan.steps.len(), 3);
-    let again = live
-        .plan
-        .clone()
-        .into_spec(fx.outputs(), Vec::new())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (log, mark) = RunLog::resume(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (result, mark, text) = carried_on(second.as_ref(), &fx, "resumed", &path).await;
     assert_eq!(mark.running.as_ref().map(|r| r.name.as_str()), Some("slow"));
-    let result = bounded(resume_with(
-        second.as_ref(),
-        &live,
-        &again,
-        &mark,
-        &log,
-        CancellationToken::new(),
-        &DriverOptions::default(),
-    ))
-    .await;
-    assert!(log.flush(PATIENCE).await, "the log never drained");
-    drop(log);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_valid_result(&result);
     let steps: Vec<_> = result
         .steps
         .iter()
@@ -160,24 +175,23 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
 /// later step on (its follow's command line) and then writes `0` into
 /// that step's status file and kills its supervisor. Where it finds no
 /// step files (a backend without a state folder), it does nothing.
-const SETTLES_A_FOLLOWED_STEP: &str = r#"d=$(dirname "$0"); me=$PPID
+fn settles_a_followed_step() -> String {
+    format!(
+        r#"d=$(dirname "$0"); me=$PPID
 ( ls "$d"/stepio-*.pid > /dev/null 2>&1 || exit 0
   until grep -qs '_kd=[$]0; o=[$]1' /proc/[0-9]*/cmdline; do sleep 0.01; done
   for f in "$d"/stepio-*.pid; do
-    p=; { read -r p _ < "$f"; } 2>/dev/null
+    p=; {{ read -r p _ < "$f"; }} 2>/dev/null
     [ -n "$p" ] && [ "$p" != "$me" ] && kill -0 "$p" && break
   done
-  printf '0 \n' > "${f%.pid}.status"
-  k=; for q in /proc/[0-9]*; do
-    l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
-    [ "$2" = "$p" ] && k="$k ${q#/proc/}"
-  done
-  kill -9 "$p" $k ) > /dev/null 2>&1 &
-echo left"#;
+{FORGES_AND_ENDS} ) > /dev/null 2>&1 &
+echo left"#
+    )
+}
 
 /// A step whose runner was killed is followed on by a new one
 /// ([`Backend::another_runner`]), and a process an earlier step left
-/// settles its status meanwhile (`SETTLES_A_FOLLOWED_STEP`): the new
+/// settles its status meanwhile (`settles_a_followed_step`): the new
 /// runner takes only what the first one's start signed, as the first
 /// would have, so the step is never a success. Listed as ignored where
 /// runs do not outlive their runner (`another_runner`).
@@ -191,7 +205,7 @@ pub async fn a_left_process_cannot_settle_a_step_a_new_runner_follows(backend: &
     let fx = Fixture::new("settle-resumed");
     let spec = fx
         .spec(backend, "settle-resumed")
-        .step(Step::new("leave", SETTLES_A_FOLLOWED_STEP))
+        .step(Step::new("leave", settles_a_followed_step()))
         .step(Step::new(
             "fails",
             "echo failing; i=0; while [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 1",
@@ -202,29 +216,7 @@ pub async fn a_left_process_cannot_settle_a_step_a_new_runner_follows(backend: &
     killed_once_printed(backend, &spec, &log, "failing\n").await;
     assert!(log.flush(PATIENCE).await, "the log never drained");
     drop(log);
-    let live = bounded(second.reattach(&fx.runner, "settle-resumed"))
-        .await
-        .unwrap_or_else(|e| panic!("reattach: {e}"));
-    let again = live
-        .plan
-        .clone()
-        .into_spec(fx.outputs(), Vec::new())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (log, mark) = RunLog::resume(&path).unwrap_or_else(|e| panic!("{e}"));
-    let result = bounded(resume_with(
-        second.as_ref(),
-        &live,
-        &again,
-        &mark,
-        &log,
-        CancellationToken::new(),
-        &DriverOptions::default(),
-    ))
-    .await;
-    assert!(log.flush(PATIENCE).await, "the log never drained");
-    drop(log);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_valid_result(&result);
+    let (result, _, text) = carried_on(second.as_ref(), &fx, "settle-resumed", &path).await;
     assert_eq!(result.steps[0].status, StepStatus::Success, "{text}");
     let step = &result.steps[1];
     assert_ne!(step.status, StepStatus::Success, "{text}");

@@ -241,25 +241,34 @@ echo forged"#;
 /// and every process under it, so that the step's stream ends and the
 /// runner reads the file back. Where it finds no step files (a backend
 /// without a state folder), it says so and does nothing.
-const SETTLES_THE_NEXT_STEP: &str = r#"d=$(dirname "$0"); me=$PPID
-( ls "$d"/stepio-*.pid > /dev/null 2>&1 || { : > gave-up; exit 0; }
+fn settles_the_next_step() -> String {
+    format!(
+        r#"d=$(dirname "$0"); me=$PPID
+( ls "$d"/stepio-*.pid > /dev/null 2>&1 || {{ : > gave-up; exit 0; }}
   while :; do
     for f in "$d"/stepio-*.pid; do
-      p=; { read -r p _ < "$f"; } 2>/dev/null
+      p=; {{ read -r p _ < "$f"; }} 2>/dev/null
       [ -n "$p" ] && [ "$p" != "$me" ] && break 2
     done
     sleep 0.01
   done
-  printf '0 \n' > "${f%.pid}.status"
+{FORGES_AND_ENDS} ) > /dev/null 2>&1 &
+echo left"#
+    )
+}
+
+/// Shell lines that write `0` into the status file of the step whose pid
+/// file is `$f` and kill its supervisor `$p` and every process under it,
+/// as a process an earlier step left can.
+pub(crate) const FORGES_AND_ENDS: &str = r#"  printf '0 \n' > "${f%.pid}.status"
   k=; for q in /proc/[0-9]*; do
     l=; { read -r l < "$q/stat"; } 2>/dev/null || continue; l=${l##*) }; set -- $l
     [ "$2" = "$p" ] && k="$k ${q#/proc/}"
   done
-  kill -9 "$p" $k ) > /dev/null 2>&1 &
-echo left"#;
+  kill -9 "$p" $k"#;
 
 /// A process a step leaves cannot settle a later step's result by
-/// writing its status file while it runs (`SETTLES_THE_NEXT_STEP`):
+/// writing its status file while it runs (`settles_the_next_step`):
 /// the later step fails with its own code, or its status is lost (an
 /// infrastructure error naming the unsigned status), never a success.
 /// Container backends pass it where the step channel's agent runs (x86_64
@@ -269,7 +278,7 @@ pub async fn a_left_process_cannot_settle_a_later_steps_status(backend: &dyn Bac
     let wait = "echo failing; i=0; until [ -e gave-up ] || [ $i -ge 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 1";
     let spec = fx
         .spec(backend, "settle")
-        .step(Step::new("leave", SETTLES_THE_NEXT_STEP))
+        .step(Step::new("leave", settles_the_next_step()))
         .step(Step::new("fails", wait));
     let (result, log) = run_to_end(backend, &spec).await;
     let text = log.text();
