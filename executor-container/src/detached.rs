@@ -92,7 +92,7 @@ mod signed;
 mod tee;
 
 pub use agent::{stage_agent, AGENT, AGENT_FILE};
-pub use exec::{ExecEnd, StepEnd, StepExec};
+pub use exec::{shown_argv, ExecEnd, StepEnd, StepExec};
 pub use files::{marks_its_end, parse_status, parse_status_line, Offsets, StepFiles, OOM_COUNTERS};
 use follow::{from_now, gap, killed, paused, reopened, started, status};
 pub use gated::GatedStart;
@@ -186,11 +186,12 @@ pub async fn run_step_released(
         None => gate_key.clone(),
         Some(_) => follow.signed.map(StatusKey::followed),
     };
-    // Whether the log's mark says the step's status must be signed: put
-    // there before the runner could lose the step (before its release
+    // Whether the log's mark says the environment signs: put there before
+    // the runner could lose a step it matters for (before the release
     // where the channel's agent is known to run, else the moment the
-    // agent says so), so that a runner that follows it on takes only a
-    // signed status too.
+    // agent says so: a first step has no earlier one to forge its
+    // status), so that a runner that follows a step on takes only a
+    // signed status too. Written once an environment.
     let mut recorded = follow.from.is_some();
     if !recorded && status_key.as_ref().is_some_and(StatusKey::required) {
         log.require_signed_status().await;

@@ -77,8 +77,8 @@ impl Engine for DryRunEngine {
             .map(|u| format!(" user {u}"))
             .unwrap_or_default();
         self.say(format!(
-            "POST /containers/{id}/exec {:?} (cwd {}{user}, env {})",
-            exec.cmd,
+            "POST /containers/{id}/exec {} (cwd {}{user}, env {})",
+            executor_container::detached::shown_argv(&exec.cmd),
             exec.working_dir,
             keys.join(",")
         ));

@@ -177,8 +177,9 @@ impl Cluster for DryRunCluster {
         stdin: bool,
     ) -> Result<Box<dyn ExecSession>, ExecutorError> {
         self.say(format!(
-            "GET /api/v1/namespaces/{}/pods/{pod}/exec?container={container}&stdin={stdin} (WebSocket) {argv:?}",
-            self.ns()
+            "GET /api/v1/namespaces/{}/pods/{pod}/exec?container={container}&stdin={stdin} (WebSocket) {}",
+            self.ns(),
+            executor_container::detached::shown_argv(argv)
         ));
         Ok(Box::new(DryExec {
             marked: executor_container::detached::end_key(argv).map(str::to_string),

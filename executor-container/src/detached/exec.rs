@@ -65,3 +65,40 @@ pub enum StepEnd {
     /// environment why.
     Lost(String),
 }
+
+/// Longest word of an argv a dry run shows whole.
+const SHOWN_WORD: usize = 200;
+
+/// `argv` as a dry run shows it: each word quoted as `Debug` writes it,
+/// and a longer word (the runner's own scripts, sent whole: the step
+/// channel's is about 8 KB) as its first line and its length, so that a
+/// dry run reads as the calls it makes.
+///
+/// ```
+/// use executor_container::detached::shown_argv;
+/// let script = format!("_kd=$0\n{}", "x".repeat(300));
+/// assert_eq!(
+///     shown_argv(&["sh".into(), "-c".into(), script]),
+///     r#"["sh", "-c", "_kd=$0 … (307 bytes)"]"#
+/// );
+/// assert_eq!(shown_argv(&["true".into()]), r#"["true"]"#);
+/// ```
+pub fn shown_argv(argv: &[String]) -> String {
+    let words: Vec<String> = argv
+        .iter()
+        .map(|word| {
+            if word.len() <= SHOWN_WORD {
+                return format!("{word:?}");
+            }
+            let first: String = word
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(60)
+                .collect();
+            format!("\"{} … ({} bytes)\"", first.escape_debug(), word.len())
+        })
+        .collect();
+    format!("[{}]", words.join(", "))
+}

@@ -64,10 +64,9 @@ impl Signing {
     }
 
     /// The key a followed step's status must be signed with, where the
-    /// runner that started it recorded that it must
-    /// ([`RunLog::running_step_signed`]).
+    /// run's log says its environment signs ([`RunLog::signs_statuses`]).
     pub fn followed(log: &RunLog, step_id: &str) -> Option<StepKey> {
-        log.running_step_signed()
+        log.signs_statuses()
             .then(|| log.status_key(step_id).map(StepKey))
             .flatten()
     }

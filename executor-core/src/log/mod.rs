@@ -106,8 +106,9 @@ struct Inner {
     step_key: String,
     /// What the running step cost, once its backend measured it.
     usage: Option<crate::usage::StepUsage>,
-    /// Which statuses must be signed; see [`RunLog::require_signed_status`].
-    signing: signed::Signing,
+    /// Whether the attempt's environment signs its steps' statuses; see
+    /// [`RunLog::require_signed_status`].
+    signing: bool,
 }
 
 type Sinks = Arc<[Arc<dyn EventSink>]>;
@@ -324,9 +325,8 @@ impl RunLog {
             Event::StepStarted { step, .. } => {
                 inner.step = Some(step.clone());
                 inner.taken = [0, 0];
-                inner.signing.running_step = false;
             }
-            Event::EnvironmentReady { .. } => inner.signing = signed::Signing::default(),
+            Event::EnvironmentReady { .. } => inner.signing = false,
             Event::StepResumed { step, .. } => inner.step = Some(step.clone()),
             Event::StepFinished { .. } => inner.step = None,
             _ => {}
@@ -384,7 +384,7 @@ impl Inner {
             reword: None,
             step_key: signed::run_secret(),
             usage: None,
-            signing: signed::Signing::default(),
+            signing: false,
         }
     }
 

@@ -156,10 +156,7 @@ impl RunLog {
             // The limit is the run's: what the log holds counts.
             inner.limit.already_logged(mark.log_len);
             inner.step_key = mark.step_key.clone();
-            inner.signing = super::signed::Signing {
-                environment: mark.signing,
-                running_step: mark.running.as_ref().is_some_and(|r| r.signed),
-            };
+            inner.signing = mark.signing;
             if let Some(running) = &mark.running {
                 inner.taken = [running.stdout, running.stderr];
             }

@@ -29,7 +29,7 @@ pub(super) enum Message {
     Event(Box<Event>, Sinks, u32),
     /// Answered once everything before it is written (or failed).
     Flushed(tokio::sync::oneshot::Sender<()>),
-    /// The running step's status must be signed: answered once the mark
+    /// The environment's statuses must be signed: answered once the mark
     /// says so.
     Signed(tokio::sync::oneshot::Sender<()>),
 }

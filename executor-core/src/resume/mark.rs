@@ -54,7 +54,8 @@ pub struct Mark {
     pub step_key: String,
     /// Whether the attempt's environment was seen to sign its steps'
     /// statuses ([`RunLog::require_signed_status`](crate::RunLog::require_signed_status)):
-    /// a resumed runner then takes only signed ones from it.
+    /// a resumed runner then takes only signed ones from it, of the step
+    /// it follows on too.
     #[serde(default)]
     pub signing: bool,
 }
@@ -73,10 +74,6 @@ pub struct RunningStep {
     pub stdout: u64,
     /// Bytes of its stderr the log holds.
     pub stderr: u64,
-    /// Whether its status must be signed: a runner that follows it on
-    /// refuses one that is not.
-    #[serde(default)]
-    pub signed: bool,
 }
 
 impl RunningStep {
@@ -139,7 +136,6 @@ impl Mark {
                     started_at: *at,
                     stdout: 0,
                     stderr: 0,
-                    signed: false,
                 });
             }
             Event::StepFinished {
@@ -229,13 +225,9 @@ impl MarkFile {
         self.dirty = true;
     }
 
-    /// The running step's status must be signed, and so must every later
-    /// one of the attempt's environment.
+    /// Every status of the attempt's environment must be signed.
     pub(crate) fn signed(&mut self) {
         self.mark.signing = true;
-        if let Some(running) = self.mark.running.as_mut() {
-            running.signed = true;
-        }
         self.dirty = true;
     }
 

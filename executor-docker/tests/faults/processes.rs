@@ -144,7 +144,7 @@ async fn a_step_a_new_runner_starts_anew_goes_through_the_channel() {
             .ends_with(executor_container::detached::AGENT_FILE)),
         "the step's parent is not the agent: {text}"
     );
-    assert!(log.running_step_signed(), "{text}");
+    assert!(log.signs_statuses(), "{text}");
     executor.stop(&handle).await.unwrap();
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }

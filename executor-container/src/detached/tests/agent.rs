@@ -263,7 +263,7 @@ async fn followed_by_a_new_runner(
 ) -> StepEnd {
     let (log, mark) = RunLog::resume(path).unwrap();
     let running = mark.running.clone().unwrap();
-    assert!(running.signed, "the first runner recorded that it signs");
+    assert!(mark.signing, "the first runner recorded that it signs");
     let follow = Follow {
         from: Some(running.offsets()),
         signed: Signing::followed(&log, id),
@@ -354,6 +354,6 @@ async fn a_step_a_resumed_runner_starts_anew_goes_through_the_channel() {
             execs.iter().all(|argv| !marks_its_end(argv)),
             "{shell:?}: no start of the step's own: {execs:?}"
         );
-        assert!(log.running_step_signed(), "{shell:?}");
+        assert!(log.signs_statuses(), "{shell:?}");
     }
 }
