@@ -82,6 +82,8 @@ const SHOWN_WORD: usize = 200;
 ///     r#"["sh", "-c", "_kd=$0 … (307 bytes)"]"#
 /// );
 /// assert_eq!(shown_argv(&["true".into()]), r#"["true"]"#);
+/// let quoted = format!("_k='x'\n{}", "y".repeat(300));
+/// assert_eq!(shown_argv(&[quoted]), r#"["_k='x' … (307 bytes)"]"#);
 /// ```
 pub fn shown_argv(argv: &[String]) -> String {
     let words: Vec<String> = argv
@@ -97,7 +99,10 @@ pub fn shown_argv(argv: &[String]) -> String {
                 .chars()
                 .take(60)
                 .collect();
-            format!("\"{} … ({} bytes)\"", first.escape_debug(), word.len())
+            // Quoted as the short words are, the closing quote after the length.
+            let quoted = format!("{first:?}");
+            let open = quoted.strip_suffix('"').unwrap_or(&quoted);
+            format!("{open} … ({} bytes)\"", word.len())
         })
         .collect();
     format!("[{}]", words.join(", "))

@@ -1,5 +1,6 @@
 //! Signed status files: what a follow reads back after a cut is checked
-//! against a key the runner chose for the start.
+//! against the step's key, which the runner derives from the run's
+//! secret ([`RunLog::status_key`]).
 //!
 //! The status file sits in the state folder, where any process of the
 //! step's user can write it: a process an earlier step left behind could
@@ -9,9 +10,10 @@
 //! read its memory) signs the status line with SipHash-2-4 under a key
 //! sent to it in the channel message alone, and writes the signature on
 //! a second line (`m HEX`). From the moment a channel's agent has said
-//! it runs (its first words on the channel's stdout), the runner refuses
-//! a status of that channel's starts without a valid signature: a forged
-//! one is a lost status, an infrastructure error, never the step's code.
+//! it runs (its first words on the channel's stdout), or the run's log
+//! has seen the environment sign (a runner that resumed the run), the
+//! runner refuses a status without a valid signature: a forged one is a
+//! lost status, an infrastructure error, never the step's code.
 
 use std::sync::Arc;
 
@@ -110,8 +112,8 @@ impl StatusKey {
         }
     }
 
-    /// The key of a step an earlier runner started and recorded as signed:
-    /// its status must be signed.
+    /// The key of a step an earlier runner started in an environment the
+    /// log records as signing: its status must be signed.
     pub(super) fn followed(key: StepKey) -> Self {
         StatusKey {
             key: key.0,
@@ -137,7 +139,8 @@ impl StatusKey {
         self.key.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Whether the status must be signed: the channel's agent said it runs.
+    /// Whether the status must be signed: the channel's agent said it
+    /// runs, or the log had seen the environment sign.
     pub fn required(&self) -> bool {
         self.known || *self.agent.borrow()
     }
