@@ -21,6 +21,7 @@
 #![warn(clippy::missing_errors_doc)]
 
 pub mod cache;
+pub mod destination;
 mod driver;
 mod error;
 pub mod events;

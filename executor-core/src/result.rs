@@ -349,22 +349,27 @@ impl RunResult {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Writes the result to `path`, through a temporary file and a rename, so
-    /// a reader never sees half a result.
+    /// Writes the result to `path`. A regular file (or a path not there
+    /// yet) is written through a temporary file beside it and a rename, so
+    /// a reader never sees half a result; anything else (a device, a FIFO,
+    /// a socket, `/dev/stdout`) is written into and left as it was, with
+    /// nothing made beside it ([`Destination`](crate::destination::Destination)).
+    /// The folder must exist.
+    ///
+    /// ```
+    /// # let result: executor_core::RunResult = serde_json::from_str(r#"{"name":"r","runner":"did:plc:r","executor":"shell","status":"success","startedAt":"2026-01-01T00:00:00Z","finishedAt":"2026-01-01T00:00:00Z","steps":[],"outputs":[]}"#).unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// result.write_to(&dir.path().join("result.json")).unwrap();
+    /// assert!(result.write_to(&dir.path().join("missing/result.json")).is_err());
+    /// ```
     ///
     /// # Errors
-    /// `Io` naming the file when the temporary file cannot be written or
-    /// renamed over `path`.
+    /// `Io` naming the file when it cannot be written, replaced or opened.
     pub fn write_to(&self, path: &Path) -> Result<(), ExecutorError> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
-        let tmp = path.with_extension("json.tmp");
-        if let Some(dir) = dir {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| ExecutorError::io("creating the result folder", dir, e))?;
-        }
-        std::fs::write(&tmp, self.to_json() + "\n")
-            .map_err(|e| ExecutorError::io("writing the result", &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| ExecutorError::io("writing the result", path, e))
+        let json = self.to_json() + "\n";
+        crate::destination::Destination::of(path)
+            .and_then(|dest| dest.replace_with(json.as_bytes()))
+            .map_err(|e| ExecutorError::io("writing the result", path, e))
     }
 }
 

@@ -135,10 +135,17 @@ pub struct RunArgs {
     #[arg(long, default_value = "outputs")]
     pub outputs: PathBuf,
     /// Where the result JSON goes; `-` for standard output (then --log
-    /// needs a file: one output on standard output at a time).
+    /// needs a file: one output on standard output at a time). A regular
+    /// file is replaced whole (a reader never sees half); its folder must
+    /// exist and be writable. Anything else (a device, a FIFO being read,
+    /// a socket, /dev/stdout) is written into and left as it was; so with
+    /// --log and --events.
     #[arg(long, default_value = "result.json")]
     pub result: PathBuf,
-    /// Where the run log goes; `-` for the terminal.
+    /// Where the run log goes; `-` for the terminal. A regular file gets
+    /// its run's mark, lock and record beside it (LOG.mark, LOG.lock,
+    /// LOG.run), so the run can be resumed; a log that is not a regular
+    /// file (a device, a FIFO) gets nothing beside it and cannot be.
     #[arg(long, default_value = "-")]
     pub log: String,
     /// Also write the run's events as JSON lines (step started, output,

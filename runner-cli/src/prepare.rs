@@ -27,6 +27,9 @@ pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
             on_stdout.join(" and ")
         );
     }
+    if !args.dry_run {
+        check_targets(args)?;
+    }
     if args.executor == ExecutorKind::Shell && args.trigger.is_untrusted() {
         bail!(
             "--trigger {:?} runs untrusted code, and the shell executor runs it directly on this host; \
@@ -110,6 +113,26 @@ pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     }
     spec.check_folders()?;
     Ok(spec)
+}
+
+/// Each place the run writes to can be written, before anything starts:
+/// a run that would lose its result at the end is refused at the start.
+fn check_targets(args: &RunArgs) -> anyhow::Result<()> {
+    let targets = [
+        ("--result", Some(args.result.as_path())),
+        ("--log", Some(Path::new(&args.log))),
+        ("--events", args.events.as_deref().map(Path::new)),
+    ];
+    for (flag, path) in targets {
+        let Some(path) = path.filter(|p| *p != Path::new("-")) else {
+            continue;
+        };
+        executor_core::destination::Destination::of(path)
+            .map_err(|err| err.to_string())
+            .and_then(|dest| dest.check_writable())
+            .map_err(|msg| anyhow::anyhow!("{flag} {}: {msg}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn check_dir(path: &Path, flag: &str) -> anyhow::Result<()> {

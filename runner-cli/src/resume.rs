@@ -15,6 +15,17 @@ use std::sync::Arc;
 /// Resumes and returns the process exit code: the run's own, as `run`
 /// would have returned it; 2 when there is nothing to resume.
 pub async fn resume(args: ResumeArgs) -> i32 {
+    match executor_core::destination::Destination::of(&args.log) {
+        Ok(dest) if !dest.is_file() => {
+            say!(
+                "runner-cli: --log {} is {}, not a log file a run wrote: a run whose log is not a regular file keeps no mark and cannot be resumed",
+                args.log.display(),
+                dest.kind()
+            );
+            return EXIT_INPUT;
+        }
+        _ => {}
+    }
     let record = match RunRecord::read(&args.log) {
         Ok(record) => record,
         Err(msg) => {

@@ -114,6 +114,13 @@ pub async fn run(args: RunArgs) -> i32 {
     }));
     if args.log != "-" && !args.dry_run {
         log.add_sink(crate::progress::on_stderr());
+    }
+    if let Some(kind) = unresumable_log(&args) {
+        say!(
+            "runner-cli: --log {} is {kind}: the log is written into it, and this run cannot be resumed (no record, lock or mark is kept beside it)",
+            args.log
+        );
+    } else if args.log != "-" && !args.dry_run {
         let record = crate::record::RunRecord::of(&args);
         if let Err(err) = record.write(Path::new(&args.log)) {
             say!(
@@ -188,6 +195,18 @@ pub async fn run(args: RunArgs) -> i32 {
     }
     crate::outputs::mark(&args.outputs, &args.name);
     report(result, &log, &args.result, &args.log).await
+}
+
+/// What `--log` is when it is not a regular file a resume could carry on
+/// (a device, a FIFO, `/dev/stdout`).
+fn unresumable_log(args: &RunArgs) -> Option<&'static str> {
+    if args.log == "-" || args.dry_run {
+        return None;
+    }
+    executor_core::destination::Destination::of(Path::new(&args.log))
+        .ok()
+        .filter(|dest| !dest.is_file())
+        .map(|dest| dest.kind())
 }
 
 /// The sink of `--events PATH` (`-` for stdout): a file created, or with

@@ -55,12 +55,15 @@ impl<W: Write + Send> JsonLines<W> {
 }
 
 impl JsonLines<io::BufWriter<std::fs::File>> {
-    /// Writes to `path`, created or truncated.
+    /// Writes to `path`: a regular file created or truncated; anything
+    /// else (a device, a FIFO, `/dev/stdout`) written into as it is
+    /// ([`Destination`](crate::destination::Destination)).
     ///
     /// # Errors
-    /// The file cannot be created.
+    /// The file cannot be created or opened.
     pub fn create(path: &Path) -> io::Result<Self> {
-        Ok(Self::new(io::BufWriter::new(std::fs::File::create(path)?)))
+        let file = crate::destination::Destination::of(path)?.open()?;
+        Ok(Self::new(io::BufWriter::new(file)))
     }
 
     /// Writes after what `path` holds (created if missing): the events of
@@ -84,6 +87,10 @@ impl JsonLines<io::BufWriter<std::fs::File>> {
     /// ```
     pub fn append(path: &Path) -> io::Result<Self> {
         use std::io::{Read, Seek, SeekFrom};
+        let dest = crate::destination::Destination::of(path)?;
+        if !dest.is_file() {
+            return Ok(Self::new(io::BufWriter::new(dest.open()?)));
+        }
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .append(true)

@@ -1,7 +1,6 @@
 //! Opening a run log: to a writer, a file (resumable or not), standard
 //! output, memory, or nowhere; and a resumed run's log.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
@@ -12,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::writer::{write_all_sent, Dest};
 use super::{Inner, MemoryLog, RunLog, LOG_BUDGET};
+use crate::destination::Destination;
 use crate::resume::mark::{Mark, MarkFile};
 
 impl RunLog {
@@ -56,20 +56,22 @@ impl RunLog {
         }
     }
 
-    /// A log written to `path`, created or truncated.
+    /// A log written to `path`: a regular file created or truncated;
+    /// anything else (a device, a FIFO, `/dev/stdout`) written into as it is.
     ///
     /// # Errors
-    /// The error of creating `path`.
+    /// The error of creating or opening `path`.
     pub fn create(path: &Path) -> io::Result<Self> {
-        Ok(Self::new(File::create(path)?))
+        Ok(Self::new(Destination::of(path)?.open()?))
     }
 
     /// A log written to `path`, created or truncated, with a mark beside
     /// it (`PATH.mark`, see [`crate::resume`]) from which a new runner
     /// process can carry the run on if this one is killed. A `path` that
-    /// is not a regular file (`/dev/null`, a pipe, a terminal) gets no
-    /// mark: such a log cannot be cut back and carried on, and a mark
-    /// beside it would land in `/dev`.
+    /// is not a regular file (a device, a FIFO, `/dev/stdout`; see
+    /// [`Destination`]) is written into and gets no mark, lock or anything
+    /// else beside it: such a log cannot be cut back and carried on, and
+    /// files beside it would land in `/dev`.
     ///
     /// # Errors
     /// The error of creating `path` or its mark; `WouldBlock` naming the
@@ -91,15 +93,16 @@ impl RunLog {
     /// # }
     /// ```
     pub fn create_resumable(path: &Path) -> io::Result<Self> {
+        let dest = Destination::of(path)?;
+        let Destination::File(path) = &dest else {
+            return Ok(Self::new(dest.open()?));
+        };
         // Not cut before it is this process's: another runner may own it.
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)?;
-        if !file.metadata()?.is_file() {
-            return Ok(Self::new(file));
-        }
         let owner = crate::resume::owner::Owner::take(path)?;
         file.set_len(0)?;
         let step_key = super::signed::run_secret();

@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -193,11 +193,15 @@ impl MarkFile {
         // Never cut: a runner killed between a cut and the first write
         // would leave no mark at all. An older, longer mark's tail after
         // the new one is never read.
+        // It holds the run's step key: its owner's alone, also when an
+        // earlier mark was made readable by others.
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(mark_path(log))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         let mut made = MarkFile {
             file,
             mark,
@@ -357,20 +361,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_log_that_is_not_a_regular_file_gets_no_mark() {
-        let null = Path::new("/dev/null");
-        let mark = mark_path(null);
-        if mark.exists() {
-            // Left by a runner before this test; not this test's to judge.
-            let _ = std::fs::remove_file(&mark);
-        }
-        let log = RunLog::create_resumable(null).unwrap_or_else(|e| panic!("{e}"));
+    async fn a_log_that_is_not_a_regular_file_gets_nothing_beside_it() {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A FIFO of the test's own, being read: never the host's /dev/null.
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fifo = dir.path().join("run.log");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        let mut reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let log = RunLog::create_resumable(&fifo).unwrap_or_else(|e| panic!("{e}"));
         started(&log);
         log.output(b"one\n").await;
         assert!(log.flush(Duration::from_secs(10)).await);
-        let made = mark.exists();
-        let _ = std::fs::remove_file(&mark);
-        assert!(!made, "a mark was written at {}", mark.display());
+        drop(log);
+        let mut read = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut reader, &mut read);
+        assert!(String::from_utf8_lossy(&read).contains("one"));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(names, ["run.log"]);
     }
 
     #[tokio::test]
@@ -382,6 +397,9 @@ mod tests {
         log.output(b"one\n").await;
         let mark = mark_now(&log, &path).await;
         drop(log);
+        // It holds the run's step key: its owner's alone.
+        let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode(&mark_path(&path)).ok(), Some(0o600));
         // A write the killed runner's mark never counted.
         let mut text = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
         text.extend_from_slice(b"two\npar");

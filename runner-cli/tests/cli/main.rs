@@ -13,6 +13,7 @@ mod cleanup;
 mod input;
 mod outcomes;
 mod signals;
+mod targets;
 mod terminal;
 
 fn bin() -> Command {
