@@ -334,11 +334,50 @@ fn forms_of(value: &str) -> Vec<Vec<u8>> {
     }
     add(hex::encode(bytes).into_bytes());
     add(hex::encode_upper(bytes).into_bytes());
-    add(url_encode(bytes, b""));
-    if bytes.contains(&b'/') {
-        add(url_encode(bytes, b"/"));
+    // Each URL encoder a step may pass a value through, with escapes in
+    // either case (`%2F`, `%2f`): RFC 3986 components, paths that keep
+    // `/` (`urllib.parse.quote`), `encodeURIComponent` (keeps `!'()*`),
+    // and form encoding (`quote_plus`: a space is `+`).
+    for style in [
+        UrlStyle::COMPONENT,
+        UrlStyle::PATH,
+        UrlStyle::URI_COMPONENT,
+        UrlStyle::FORM,
+    ] {
+        for lower in [false, true] {
+            add(url_encode(bytes, style, lower));
+        }
     }
+    forms.sort();
+    forms.dedup();
     forms
+}
+
+/// How one URL encoder writes a value: the bytes it leaves as they are
+/// besides RFC 3986's unreserved ones, and whether a space is `+`.
+#[derive(Clone, Copy)]
+struct UrlStyle {
+    keep: &'static [u8],
+    plus_for_space: bool,
+}
+
+impl UrlStyle {
+    const COMPONENT: UrlStyle = UrlStyle {
+        keep: b"",
+        plus_for_space: false,
+    };
+    const PATH: UrlStyle = UrlStyle {
+        keep: b"/",
+        plus_for_space: false,
+    };
+    const URI_COMPONENT: UrlStyle = UrlStyle {
+        keep: b"!'()*",
+        plus_for_space: false,
+    };
+    const FORM: UrlStyle = UrlStyle {
+        keep: b"",
+        plus_for_space: true,
+    };
 }
 
 /// The base64 characters that depend only on `value` when it starts
@@ -356,16 +395,18 @@ fn base64_core(engine: &impl base64::Engine, value: &[u8], align: usize) -> Vec<
         .unwrap_or_default()
 }
 
-/// Percent-encoding of every byte but RFC 3986's unreserved ones, as
-/// `encodeURIComponent` and `urllib.parse.quote` write it.
-/// `value` percent-encoded, every byte but the unreserved ones and `keep`
-/// escaped: `keep` empty as RFC 3986 components are, `/` as Python's
-/// `urllib.parse.quote` and most path encoders leave it.
-fn url_encode(value: &[u8], keep: &[u8]) -> Vec<u8> {
+/// `value` percent-encoded as `style` writes it: every byte but RFC
+/// 3986's unreserved ones and the style's own escaped, in upper or
+/// `lower` case hex.
+fn url_encode(value: &[u8], style: UrlStyle, lower: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len());
     for &b in value {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || style.keep.contains(&b) {
             out.push(b);
+        } else if b == b' ' && style.plus_for_space {
+            out.push(b'+');
+        } else if lower {
+            out.extend_from_slice(format!("%{b:02x}").as_bytes());
         } else {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
         }

@@ -334,6 +334,13 @@ async fn helper_get(helper: &str, server: &str) -> Result<Option<Credentials>, E
             "the credential helper {program} (named in the docker CLI's config.json) {why}; install it on PATH, or remove it from config.json"
         ))
     };
+    // A name with a `/` would run a path (relative to the current
+    // folder, or anywhere), never a helper found on PATH.
+    if helper.contains('/') || helper.is_empty() {
+        return Err(failed(
+            "is not a helper's name (a name holds no `/`: it is found on PATH)".into(),
+        ));
+    }
     let mut child = tokio::process::Command::new(&program)
         .arg("get")
         .stdin(std::process::Stdio::piped())

@@ -144,3 +144,16 @@ async fn auto_compresses_the_checkout_over_a_link_and_never_does_not() {
         );
     }
 }
+
+/// A cluster on loopback stays uncompressed with `Auto`: its API server
+/// answers under the threshold.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_does_not_compress_on_loopback() {
+    let local = common::K8s::start(ClusterOptions::default(), common::options()).await;
+    assert!(!local.executor.compresses().await, "compressed on loopback");
+    local.cluster.shutdown().await;
+}

@@ -37,4 +37,5 @@ conformance_tests!(shell;
     cut_streams: "a shell step's output reaches the runner through no connection to cut",
     another_runner: "a shell run ends with the runner process that started it, so none is resumed",
     lose_environment: "nothing outside the runner removes a shell run's folder mid-run",
+    services: "a shell run's steps run on this host, with no service containers to fail",
 );

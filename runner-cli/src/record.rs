@@ -130,16 +130,54 @@ impl RunRecord {
         }
     }
 
-    /// The cluster connection flags it records, over `k8s`'s defaults.
+    /// The cluster connection flags it records, over `k8s`'s defaults;
+    /// never an insecure transport: the record is a file beside the log,
+    /// which anyone who can write there can change, so only `resume`'s own
+    /// command line turns one on ([`RunRecord::insecure_flags`] names them).
     pub fn reach(&self, k8s: &mut K8sArgs) {
         k8s.kubeconfig.clone_from(&self.kubeconfig);
         k8s.context.clone_from(&self.context);
         k8s.namespace.clone_from(&self.namespace);
-        k8s.insecure_skip_tls_verify = self.insecure_skip_tls_verify;
-        k8s.insecure_plain_http = self.insecure_plain_http;
         k8s.reconnect_timeout = Duration::from_millis(self.reconnect_timeout_ms);
         if let Ok(c) = self.compression.parse() {
             k8s.compression = c;
         }
+    }
+
+    /// The insecure transport flags the run says it was given, which a
+    /// resume does not take from it.
+    pub fn insecure_flags(&self) -> Vec<&'static str> {
+        [
+            ("--insecure-skip-tls-verify", self.insecure_skip_tls_verify),
+            ("--insecure-plain-http", self.insecure_plain_http),
+        ]
+        .into_iter()
+        .filter_map(|(flag, on)| on.then_some(flag))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record beside the log can be changed by anyone who can write
+    /// there: it never turns on an insecure transport for `resume`.
+    #[test]
+    fn a_record_never_turns_on_an_insecure_transport() {
+        let text = r#"{"name":"n","runner":"did:plc:r","outputs":"/o","result":"/r.json",
+            "events":null,"timestamps":false,"logLimit":1,"secrets":[],"secretFiles":[],
+            "cacheDir":null,"cacheMax":1,"kubeconfig":"/k","context":null,"namespace":null,
+            "insecureSkipTlsVerify":true,"insecurePlainHttp":true,"reconnectTimeoutMs":1,
+            "compression":"auto"}"#;
+        let record: RunRecord = serde_json::from_str(text).unwrap();
+        let mut k8s = crate::args::k8s_defaults();
+        record.reach(&mut k8s);
+        assert!(!k8s.insecure_skip_tls_verify && !k8s.insecure_plain_http);
+        assert_eq!(k8s.kubeconfig.as_deref(), Some(Path::new("/k")));
+        assert_eq!(
+            record.insecure_flags(),
+            ["--insecure-skip-tls-verify", "--insecure-plain-http"]
+        );
     }
 }

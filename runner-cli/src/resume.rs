@@ -234,6 +234,22 @@ impl Resume {
             record.reach(&mut k8s);
         }
         args.reach.over(&mut k8s);
+        if let Some(record) = &record {
+            let missing: Vec<&str> = record
+                .insecure_flags()
+                .into_iter()
+                .filter(|flag| match *flag {
+                    "--insecure-skip-tls-verify" => !k8s.insecure_skip_tls_verify,
+                    _ => !k8s.insecure_plain_http,
+                })
+                .collect();
+            if !missing.is_empty() {
+                say!(
+                    "runner-cli: the run's record says it was given {}; resume turns an insecure transport on only when its own command line names it",
+                    missing.join(" and ")
+                );
+            }
+        }
         let mut secrets = record
             .as_ref()
             .map(|r| r.secrets.clone())

@@ -197,3 +197,19 @@ async fn a_stalled_destination_holds_back_output_but_never_the_runtime() {
         "in order"
     );
 }
+
+#[test]
+fn each_step_has_a_status_key_of_its_own() {
+    let (log, _) = RunLog::memory();
+    let ids = ["a1s0-00", "a1s1-00", "a1s0-01", "a2s0-00"];
+    let keys: Vec<_> = ids.iter().map(|id| log.status_key(id)).collect();
+    assert!(keys.iter().all(Option::is_some));
+    for (i, a) in keys.iter().enumerate() {
+        for b in keys.iter().skip(i + 1) {
+            assert_ne!(a, b, "two steps share a status key");
+        }
+    }
+    // The same step's key is derived again, and another run's differs.
+    assert_eq!(log.status_key(ids[0]), keys[0]);
+    assert_ne!(RunLog::memory().0.status_key(ids[0]), keys[0]);
+}

@@ -34,20 +34,26 @@ fn plain_values_are_masked_anywhere_in_the_text() {
 
 #[test]
 fn encoded_forms_are_masked() {
-    let m = masker();
-    let b64 = base64::engine::general_purpose::STANDARD.encode(VALUE);
-    let url = base64::engine::general_purpose::URL_SAFE.encode(VALUE);
+    // `?` and `>` make base64's `/` and `+`, where the two alphabets
+    // differ: each of them is a form of its own.
+    let value = "tok-???>>>q";
+    let m = Masker::new([&Secret::new(value)]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(value);
+    let url = base64::engine::general_purpose::URL_SAFE.encode(value);
+    assert_ne!(b64, url);
     for form in [
         b64,
         url,
-        hex::encode(VALUE),
-        hex::encode_upper(VALUE),
-        "tok-3f9a%2FZ%2Bq".to_string(),
+        hex::encode(value),
+        hex::encode_upper(value),
+        "tok-%3F%3F%3F%3E%3E%3Eq".to_string(),
     ] {
         let masked = m.mask_str(&form).into_owned();
         assert!(masked.contains(MASK), "{form} -> {masked}");
         assert!(masked.len() <= MASK.len() + 2, "{form} -> {masked}");
     }
+    let masked = masker().mask_str("tok-3f9a%2FZ%2Bq").into_owned();
+    assert_eq!(masked, MASK);
 }
 
 #[test]
@@ -135,4 +141,26 @@ fn short_values_and_no_values_mask_nothing() {
     let mut out = Vec::new();
     stream.push(b"abc", &mut out);
     assert_eq!(out, b"abc");
+}
+
+#[test]
+fn every_url_encoders_form_is_masked() {
+    // Bytes each encoder writes its own way: a space, `/`, `!'()*`, `+`.
+    let value = "p a/s!s'(w)*o+rd";
+    let m = Masker::new([&Secret::new(value)]);
+    for form in [
+        // encodeURIComponent
+        "p%20a%2Fs!s'(w)*o%2Brd",
+        // urllib.parse.quote_plus
+        "p+a%2Fs%21s%27%28w%29%2Ao%2Brd",
+        // urllib.parse.quote, which keeps `/`
+        "p%20a/s%21s%27%28w%29%2Ao%2Brd",
+        // RFC 3986 components, in lower case
+        "p%20a%2fs%21s%27%28w%29%2ao%2brd",
+        // quote_plus in lower case
+        "p+a%2fs%21s%27%28w%29%2ao%2brd",
+    ] {
+        let masked = m.mask_str(&format!("<{form}>")).into_owned();
+        assert_eq!(masked, format!("<{MASK}>"), "{form}");
+    }
 }

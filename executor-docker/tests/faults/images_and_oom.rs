@@ -207,3 +207,53 @@ async fn an_oom_kill_an_earlier_step_survived_is_not_a_later_steps() {
     assert_eq!(failure.step.as_deref(), Some("fail"));
     assert!(backend.leftovers(&fx.runner).await.is_empty());
 }
+
+/// The agent reports the container's memory limit with every step's
+/// usage, and a step whose peak comes within a tenth of it is warned of
+/// in the log; a step far below it is not.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test]
+async fn each_step_reports_the_memory_limit_and_a_near_one_is_warned_of() {
+    const LIMIT: i64 = 100 << 20;
+    let backend = docker_with(DockerOptions {
+        memory: Some(LIMIT),
+        ..common::options()
+    })
+    .await;
+    let fx = Fixture::new("nearlimit");
+    let spec = fx
+        .spec(&backend, "near-limit")
+        .step(Step::new("small", "true"))
+        // dd holds its 96 MB block (over 0.9 of 100 MiB) while sleep
+        // does not read it.
+        .step(Step::new(
+            "near",
+            "dd if=/dev/zero bs=96000000 count=1 2>/dev/null | sleep 1",
+        ));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    for step in &result.steps {
+        let usage = step
+            .usage
+            .unwrap_or_else(|| panic!("{}: no usage", step.name));
+        assert_eq!(
+            usage.memory_limit_bytes,
+            u64::try_from(LIMIT).ok(),
+            "{}: {usage:?}",
+            step.name
+        );
+    }
+    let warned = |name: &str| {
+        text.lines().any(|l| {
+            l.contains(&format!("step {name}: its peak memory"))
+                && l.contains("the environment's memory limit (100 MiB)")
+        })
+    };
+    assert!(warned("near"), "{text}");
+    assert!(!warned("small"), "{text}");
+    assert!(backend.leftovers(&fx.runner).await.is_empty());
+}

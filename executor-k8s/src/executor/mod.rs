@@ -126,7 +126,11 @@ impl K8sExecutor {
 
     /// Whether copies go gzip-compressed
     /// ([`Compressing::compresses`](executor_container::container::compressing::Compressing::compresses)).
-    pub(super) async fn compresses(&self) -> bool {
+    ///
+    /// The first call waits for the round trip if it is still being
+    /// timed: on a local engine or cluster (a Unix socket, loopback) the
+    /// answer is no.
+    pub async fn compresses(&self) -> bool {
         self.compressing.compresses().await
     }
 

@@ -49,8 +49,8 @@ impl ReachArgs {
         if self.namespace.is_some() {
             k8s.namespace.clone_from(&self.namespace);
         }
-        k8s.insecure_skip_tls_verify |= self.insecure_skip_tls_verify;
-        k8s.insecure_plain_http |= self.insecure_plain_http;
+        k8s.insecure_skip_tls_verify = self.insecure_skip_tls_verify;
+        k8s.insecure_plain_http = self.insecure_plain_http;
         if let Some(t) = self.reconnect_timeout {
             k8s.reconnect_timeout = t;
         }

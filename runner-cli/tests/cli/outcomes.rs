@@ -138,7 +138,9 @@ fn an_events_file_that_cannot_be_written_is_an_input_error() {
         .unwrap();
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("events file /nonexistent/dir/events.jsonl"),
+        stderr(&out).contains(
+            "--events /nonexistent/dir/events.jsonl: the folder /nonexistent/dir does not exist"
+        ),
         "{}",
         stderr(&out)
     );

@@ -146,17 +146,23 @@ impl WatchedLog {
 
     /// Waits until the kept text contains `needle`, failing the case after [`PATIENCE`].
     pub async fn wait_for(&self, needle: &str) {
-        let wait = async {
-            loop {
-                let notified = self.changed.notified();
-                if self.text().contains(needle) {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        if tokio::time::timeout(PATIENCE, wait).await.is_err() {
+        if tokio::time::timeout(PATIENCE, self.appeared(needle))
+            .await
+            .is_err()
+        {
             panic!("{needle:?} never appeared in the log:\n{}", self.text());
+        }
+    }
+
+    /// Resolves when the kept text contains `needle`, however long that
+    /// takes: for racing a run against a line that must not appear.
+    pub async fn appeared(&self, needle: &str) {
+        loop {
+            let notified = self.changed.notified();
+            if self.text().contains(needle) {
+                return;
+            }
+            notified.await;
         }
     }
 }

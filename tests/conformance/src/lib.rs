@@ -130,7 +130,8 @@ pub trait Backend: Send + Sync {
 /// a `;`, with the reason, in this order: `cut_streams`
 /// ([`Backend::cut_streams_after`]), `another_runner`
 /// ([`Backend::another_runner`]), `lose_environment`
-/// ([`Backend::lose_environment`]). Those cases are listed as ignored
+/// ([`Backend::lose_environment`]), `services` ([`Backend::services`]).
+/// Those cases are listed as ignored
 /// with that reason, never reported as passed; a case run on a backend
 /// without its ability fails, naming the key to set here.
 ///
@@ -147,6 +148,7 @@ pub trait Backend: Send + Sync {
 ///     cut_streams: "a step's output reaches the runner through no connection",
 ///     another_runner: "runs end with the runner process that started them",
 ///     lose_environment: "nothing outside the runner removes a run's folder",
+///     services: "steps run on this host, with no service containers",
 /// );
 /// # fn main() {}
 /// ```
@@ -164,7 +166,8 @@ macro_rules! conformance_tests {
     (@all $make:path; $attrs:tt;
         $(cut_streams: $cut:literal,)?
         $(another_runner: $another:literal,)?
-        $(lose_environment: $lose:literal $(,)?)?
+        $(lose_environment: $lose:literal,)?
+        $(services: $services:literal $(,)?)?
     ) => {
         $crate::conformance_tests!(@cases $make; $attrs;
             checkout_arrives_intact, steps_dir_arrives, outputs_come_back,
@@ -185,7 +188,6 @@ macro_rules! conformance_tests {
             each_step_reports_what_it_cost,
             always_steps_run_after_a_failure_in_the_same_environment,
             a_service_is_reached_by_name_from_the_first_step,
-            a_service_that_fails_is_named_with_its_last_lines,
             a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote);
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];
             a_step_cut_twice_keeps_every_byte_and_its_code);
@@ -194,6 +196,8 @@ macro_rules! conformance_tests {
             a_left_process_cannot_settle_a_step_a_new_runner_follows);
         $crate::conformance_tests!(@needing $make; $attrs; [$($lose)?];
             retry_recovers_from_a_lost_environment);
+        $crate::conformance_tests!(@needing $make; $attrs; [$($services)?];
+            a_service_that_fails_is_named_with_its_last_lines);
     };
     (@needing $make:path; $attrs:tt; []; $($case:ident),*) => {
         $crate::conformance_tests!(@cases $make; $attrs; $($case),*);

@@ -79,11 +79,12 @@ async fn with_tee_a_held_step_keeps_its_last_line() {
 /// the leftover writes later reaches neither. So too when the step ends
 /// before its copiers have started (the supervisor's word then comes to
 /// a shell that has yet to exec them, which must not die of it).
+#[cfg_attr(
+    not(knotless_tee),
+    ignore = "the copier was not built for this machine (see the build's warning)"
+)]
 #[tokio::test]
 async fn with_the_copier_a_held_step_ends_with_every_byte_on_the_same_channel() {
-    if TEE.is_empty() {
-        return;
-    }
     let slow = |shell: &[&str]| HostChannel::with_slow_copier(shell);
     let fast = |shell: &[&str]| HostChannel::new(shell, &[]);
     for (shell, host) in shells()

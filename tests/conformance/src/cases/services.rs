@@ -67,11 +67,14 @@ pub async fn a_service_is_reached_by_name_from_the_first_step(backend: &dyn Back
 /// A service that exits, is never ready, or whose image cannot be had
 /// fails the run before any step, as `service`, naming the service and
 /// its last lines; a service that dies during a step is named in that
-/// step's result. Nothing is left after any of them.
+/// step's result. Nothing is left after any of them. A backend without
+/// services fails it unless [`conformance_tests!`](crate::conformance_tests)
+/// lists it as ignored (`services`).
 pub async fn a_service_that_fails_is_named_with_its_last_lines(backend: &dyn Backend) {
-    if !backend.services() {
-        return;
-    }
+    assert!(
+        backend.services(),
+        "this backend has no services: give conformance_tests! `services: \"why\"`"
+    );
     let image = backend.image().unwrap_or_default();
     let cases = [
         (
