@@ -186,8 +186,15 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
 }
 
+/// The request's object: JSON, or Kubernetes' protobuf as kubectl's
+/// typed clients send it ([`crate::protobuf`]).
 async fn read_json(shared: &Shared, req: Request<Incoming>) -> Result<Value, ApiError> {
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+    let protobuf = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/vnd.kubernetes.protobuf"));
     let body = req
         .into_body()
         .collect()
@@ -195,6 +202,9 @@ async fn read_json(shared: &Shared, req: Request<Incoming>) -> Result<Value, Api
         .map_err(|e| ApiError::bad_request(e.to_string()))?
         .to_bytes();
     shared.record_body(&method, &path, &body);
+    if protobuf {
+        return crate::protobuf::object_from(&body).map_err(|e| ApiError::unreadable_protobuf(&e));
+    }
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
 }

@@ -24,6 +24,7 @@ pub mod faults;
 mod jobs;
 mod kind;
 mod kubelet;
+mod protobuf;
 pub mod rbac;
 pub mod scheduler;
 mod selectors;

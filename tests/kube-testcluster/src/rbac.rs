@@ -235,6 +235,7 @@ pub(crate) fn review(user: User, role: Option<&Role>, body: &Value) -> Value {
 /// `k8s\0`, an `Unknown` envelope whose field 2 holds the object, whose
 /// field 2 is the spec, whose field 1 the resource attributes.
 pub(crate) fn review_from_protobuf(bytes: &[u8]) -> Option<Value> {
+    use crate::protobuf::field;
     let unknown = bytes.strip_prefix(b"k8s\0")?;
     let object = field(unknown, 2)?;
     let spec = field(object, 2)?;
@@ -248,42 +249,6 @@ pub(crate) fn review_from_protobuf(bytes: &[u8]) -> Option<Value> {
         "namespace": text(1), "verb": text(2), "group": text(3), "version": text(4),
         "resource": text(5), "subresource": text(6), "name": text(7),
     }}}))
-}
-
-/// The first length-delimited field `number` of a protobuf message.
-fn field(mut msg: &[u8], number: u64) -> Option<&[u8]> {
-    fn varint(buf: &mut &[u8]) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&byte, rest) = buf.split_first()?;
-            *buf = rest;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-    while !msg.is_empty() {
-        let key = varint(&mut msg)?;
-        match key & 7 {
-            0 => {
-                varint(&mut msg)?;
-            }
-            2 => {
-                let len = usize::try_from(varint(&mut msg)?).ok()?;
-                let (value, rest) = (msg.get(..len)?, msg.get(len..)?);
-                if key >> 3 == number {
-                    return Some(value);
-                }
-                msg = rest;
-            }
-            5 => msg = msg.get(4..)?,
-            1 => msg = msg.get(8..)?,
-            _ => return None,
-        }
-    }
-    None
 }
 
 #[cfg(test)]

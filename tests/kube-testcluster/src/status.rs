@@ -97,6 +97,10 @@ impl ApiError {
         Self::new(403, "Forbidden", message)
     }
     /// 415.
+    /// 415 for a protobuf body this server does not read (`why`).
+    pub fn unreadable_protobuf(why: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({why})"))
+    }
     pub fn unsupported_media(content_type: &str) -> Self {
         Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got {content_type:?})"))
     }
