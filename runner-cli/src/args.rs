@@ -134,6 +134,11 @@ pub struct RunArgs {
     /// Host folder that receives OUTPUTS_DIR.
     #[arg(long, default_value = "outputs")]
     pub outputs: PathBuf,
+    /// Most bytes the outputs may unpack to on the host: bytes, or with
+    /// k, m, g. A step's outputs past it (a gzip bomb among them) are
+    /// refused as they grow, and the run fails naming the limit.
+    #[arg(long, value_name = "SIZE", default_value = "10g", value_parser = parse_bytes)]
+    pub outputs_max: i64,
     /// Where the result JSON goes; `-` for standard output (then --log
     /// needs a file: one output on standard output at a time). A regular
     /// file is replaced whole (a reader never sees half); its folder must

@@ -28,6 +28,9 @@ pub struct RunRecord {
     pub secret_files: Vec<(String, PathBuf)>,
     pub cache_dir: Option<PathBuf>,
     pub cache_max: i64,
+    /// Absent in a record of an older runner-cli: the default then.
+    #[serde(default = "default_outputs_max")]
+    pub outputs_max: i64,
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
     pub namespace: Option<String>,
@@ -35,6 +38,11 @@ pub struct RunRecord {
     pub insecure_plain_http: bool,
     pub reconnect_timeout_ms: u64,
     pub compression: String,
+}
+
+/// `--outputs-max`'s default, 10 GiB.
+fn default_outputs_max() -> i64 {
+    10 << 30
 }
 
 /// Where the record of the run logging to `log` is.
@@ -83,6 +91,7 @@ impl RunRecord {
                 .collect(),
             cache_dir: args.cache_dir.as_deref().map(absolute),
             cache_max: args.cache_max,
+            outputs_max: args.outputs_max,
             kubeconfig: args.k8s.kubeconfig.as_deref().map(absolute),
             context: args.k8s.context.clone(),
             namespace: args.k8s.namespace.clone(),

@@ -192,6 +192,7 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         )),
         journal: Some(crate::args::journal(args.cache_dir.as_deref())),
         stop_timeout: stop_timeout_of(args.executor, &args.k8s),
+        output_limits: crate::run::output_limits(args.outputs_max),
         ..DriverOptions::default()
     };
     let result = resume_with(
@@ -224,6 +225,7 @@ struct Resume {
     secret_files: Vec<(String, std::path::PathBuf)>,
     cache_dir: Option<std::path::PathBuf>,
     cache_max: i64,
+    outputs_max: i64,
     k8s: crate::args::K8sArgs,
 }
 
@@ -296,6 +298,10 @@ impl Resume {
             cache_max: args
                 .cache_max
                 .or_else(|| record.as_ref().map(|r| r.cache_max))
+                .unwrap_or(10 << 30),
+            outputs_max: args
+                .outputs_max
+                .or_else(|| record.as_ref().map(|r| r.outputs_max))
                 .unwrap_or(10 << 30),
             log: args.log,
             k8s,

@@ -187,6 +187,7 @@ pub async fn run(args: RunArgs) -> i32 {
         retry: RetryPolicy::retries(args.retry),
         journal: (!args.dry_run).then_some(journal),
         stop_timeout: stop_timeout(&args),
+        output_limits: output_limits(args.outputs_max),
         ..DriverOptions::default()
     };
     let result = run_with(executor.as_ref(), &spec, &log, cancel, &driver).await;
@@ -207,6 +208,14 @@ fn unresumable_log(args: &RunArgs) -> Option<&'static str> {
         .ok()
         .filter(|dest| !dest.is_file())
         .map(|dest| dest.kind())
+}
+
+/// The unpacker's limits for the outputs, at most `max` bytes.
+pub(crate) fn output_limits(max: i64) -> executor_core::tar::UnpackLimits {
+    executor_core::tar::UnpackLimits {
+        max_bytes: u64::try_from(max).unwrap_or(u64::MAX),
+        ..executor_core::tar::UnpackLimits::default()
+    }
 }
 
 /// The sink of `--events PATH` (`-` for stdout): a file created, or with

@@ -118,6 +118,9 @@ pub struct ResumeArgs {
     /// Largest cache saved back: bytes, or with k, m, g; default the run's.
     #[arg(long, value_parser = parse_bytes)]
     pub cache_max: Option<i64>,
+    /// Most bytes the outputs may unpack to; default the run's.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub outputs_max: Option<i64>,
     #[command(flatten)]
     pub reach: ReachArgs,
 }

@@ -201,3 +201,46 @@ fn the_readme_docker_example_runs_as_written() {
     let r = result(&dir.path().join("result.json"));
     assert_eq!(r.executor, "docker");
 }
+
+/// `--outputs-max` bounds what the outputs unpack to on the host, also
+/// when they come back compressed: 64 MiB of zeros (a few hundred KiB
+/// down the wire) are refused at 8 MiB, and the run fails naming it.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[test]
+fn outputs_past_the_outputs_max_are_refused_as_they_inflate() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = dir.path().join("steps.tsv");
+    std::fs::write(
+        &steps,
+        "bomb\thead -c 67108864 /dev/zero > \"$OUTPUTS_DIR/zeros\"\n",
+    )
+    .unwrap();
+    let mut args = run_logging_to_stdout("outputs-max", "did:plc:outputs-max", dir.path(), &steps);
+    args.extend(
+        [
+            "--compression",
+            "always",
+            "--outputs-max",
+            "8m",
+            "--outputs",
+        ]
+        .into_iter()
+        .map(Into::into),
+    );
+    args.push(dir.path().join("out").into());
+    let out = cli().args(&args).stderr(Stdio::piped()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "{stdout}");
+    let result = result(&dir.path().join("result.json"));
+    let failure = result.failure.expect("a failure");
+    assert!(
+        failure.message.contains("8388608 bytes"),
+        "{}",
+        failure.message
+    );
+    let landed = std::fs::metadata(dir.path().join("out/zeros")).map_or(0, |m| m.len());
+    assert!(landed <= 8 << 20, "{landed} bytes landed");
+}

@@ -136,9 +136,11 @@ pub(crate) fn object_from(bytes: &[u8]) -> Result<Value, String> {
     let raw = field(unknown, 2).unwrap_or_default();
     let schema = match (api_version.as_str(), kind.as_str()) {
         ("batch/v1", "Job") => JOB,
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "the test cluster reads {api_version} {kind} only as JSON; send it as application/json"
-        )),
+        ))
+        }
     };
     let mut object = message(raw, schema, &kind)?;
     if let Value::Object(map) = &mut object {
