@@ -11,10 +11,16 @@
 //! cannot read, and a second start of a step (its pipes are there) go to
 //! the shell's start, which the channel hands it as its first argument.
 //!
-//!     knotless-agent SHELL_START USAGE_MAX
+//!     knotless-agent SHELL_START USAGE_MAX [UID:GID:GROUPS]
 //!
 //! SHELL_START is a `sh -c` script that runs the message in `$1` (it
 //! defines the start); USAGE_MAX the longest usage an end mark carries.
+//! With a step user, the agent (run as root) starts each step as that
+//! user and no message goes to the shell's start, which would run it as
+//! root: the agent, its supervisors and copiers are then out of the
+//! steps' reach (no signal, `prlimit`, `/proc` descriptor or file of
+//! theirs can a step's process touch). It checks once, before its hello,
+//! that it can become that user, and ends if not.
 //!
 //! It and every process it forks but the step are not dumpable: a
 //! process of the step's user cannot read their memory or descriptors,
@@ -232,6 +238,15 @@ extern "C" fn entry(stack: *const usize) -> ! {
         exit(2);
     }
     let script = unsafe { *argv.add(1) };
+    let user = if argc > 3 {
+        let at = unsafe { *argv.add(3) };
+        match StepUser::parse(unsafe { core::slice::from_raw_parts(at, mem_len(at)) }) {
+            Some(user) => Some(user),
+            None => exit(2),
+        }
+    } else {
+        None
+    };
     let usage_max = {
         let at = unsafe { *argv.add(2) };
         let text = unsafe { core::slice::from_raw_parts(at, mem_len(at)) };
@@ -249,6 +264,19 @@ extern "C" fn entry(stack: *const usize) -> ! {
     // The runner takes a channel that says this for one whose starts sign
     // their status files, and refuses a status without a valid signature
     // from its starts from then on.
+    if let Some(user) = &user {
+        // A step would fail at its start otherwise: the channel fails now,
+        // saying why, before any step is sent.
+        let Some(probe) = fork() else { exit(125) };
+        if probe == 0 {
+            exit(if user.become_it() { 0 } else { 1 });
+        }
+        if wait(probe, 0).map(|(status, _, _)| exit_code(status)) != Some(0) {
+            let why = b"knotless-agent: cannot start steps as their user (no CAP_SETUID and CAP_SETGID?)\n";
+            write_all(2, why.as_ptr(), why.len());
+            exit(125);
+        }
+    }
     let hello = b"\0knotless-channel-agent\n";
     if !write_all(1, hello.as_ptr(), hello.len()) {
         exit(0);
@@ -274,9 +302,11 @@ extern "C" fn entry(stack: *const usize) -> ! {
             // fallback's alone.
             let whole = message.as_mut_ptr();
             let fallback = || shell_start(script, unsafe { core::slice::from_raw_parts_mut(whole, n + 1) }, envp);
-            match &step {
-                Some(step) => step::supervise(step, envp, usage_max, &|| fallback()),
-                None => fallback(),
+            match (&step, &user) {
+                (Some(step), _) => step::supervise(step, envp, usage_max, user.as_ref(), &|| fallback()),
+                // Only the agent starts a step as its user.
+                (None, Some(_)) => exit(125),
+                (None, None) => fallback(),
             }
         }
         let code = wait(pid, 0).map_or(125, |(status, _, _)| exit_code(status));

@@ -70,8 +70,9 @@ use tokio_util::sync::CancellationToken;
 use begin_mark::Begun;
 pub use begin_mark::BEGIN_MARK;
 pub use channel::{
-    answer_as_channel, answer_as_dry_channel, channel_argv, is_variable_name, message_key,
-    native_line, variables_prelude, ChannelExec, ChannelIo, StepChannel, StepChannels, CHANNEL,
+    answer_as_channel, answer_as_dry_channel, channel_argv, channel_argv_as, is_variable_name,
+    message_key, native_line, variables_prelude, ChannelExec, ChannelIo, StepChannel, StepChannels,
+    CHANNEL,
 };
 pub use end_mark::{end_key, end_mark};
 use end_mark::{EndMarked, Ends};

@@ -110,6 +110,17 @@ async fn compressed_a_cache_comes_back_warm() {
     executor_conformance::cache_cold_then_warm(&always().await).await;
 }
 
+/// The cache limit counts what a compressed cache inflates to: 5000
+/// zeros, a few dozen bytes down the wire, are over a 1000-byte limit.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_an_oversized_cache_is_not_saved() {
+    executor_conformance::oversized_cache_is_not_saved(&always().await).await;
+}
+
 #[cfg_attr(
     not(knotless_engine),
     ignore = "needs a container engine: run scripts/test.sh"

@@ -21,6 +21,9 @@ pub const GETDENTS64: usize = 217;
 pub const SIGNALFD4: usize = 289;
 pub const PIPE2: usize = 293;
 pub const CLOSE_RANGE: usize = 436;
+pub const SETRESUID: usize = 117;
+pub const SETRESGID: usize = 119;
+pub const SETGROUPS: usize = 116;
 
 pub const O_RDONLY: usize = 0;
 pub const O_WRONLY: usize = 1;
@@ -301,11 +304,49 @@ pub fn chdir(path: &mut Path) -> bool {
     }
 }
 
-/// Makes a named pipe at `path`: 0, or the negative errno.
+/// Makes a named pipe at `path`, its owner's alone (the step's ends are
+/// opened for it before it runs): 0, or the negative errno.
 pub fn mkfifo(path: &mut Path) -> isize {
     const S_IFIFO: usize = 0o010000;
     match path.c() {
-        Some(at) => unsafe { syscall4(MKNOD, at as usize, S_IFIFO | 0o666, 0, 0) },
+        Some(at) => unsafe { syscall4(MKNOD, at as usize, S_IFIFO | 0o600, 0, 0) },
         None => -36,
+    }
+}
+
+/// The user a step runs as when the agent does not share it: its uid,
+/// gid and supplementary groups, as `UID:GID:G1,G2` on the command line.
+#[derive(Clone, Copy)]
+pub struct StepUser {
+    pub uid: u32,
+    pub gid: u32,
+    groups: [u32; 64],
+    count: usize,
+}
+
+impl StepUser {
+    /// `UID:GID:GROUPS` (the groups comma-separated, maybe none).
+    pub fn parse(text: &[u8]) -> Option<Self> {
+        let mut parts = text.split(|&b| b == b':');
+        let id = |part: Option<&[u8]>| u32::try_from(parse_number(part?)?).ok();
+        let uid = id(parts.next())?;
+        let gid = id(parts.next())?;
+        let mut user = StepUser { uid, gid, groups: [0; 64], count: 0 };
+        for group in parts.next()?.split(|&b| b == b',').filter(|g| !g.is_empty()) {
+            *user.groups.get_mut(user.count)? = id(Some(group))?;
+            user.count += 1;
+        }
+        parts.next().is_none().then_some(user)
+    }
+
+    /// Becomes this user for good: groups, then gid, then uid (after
+    /// which neither can change again). Whether every call took.
+    pub fn become_it(&self) -> bool {
+        let (uid, gid) = (self.uid as usize, self.gid as usize);
+        unsafe {
+            syscall4(SETGROUPS, self.count, self.groups.as_ptr() as usize, 0, 0) == 0
+                && syscall4(SETRESGID, gid, gid, gid, 0) == 0
+                && syscall4(SETRESUID, uid, uid, uid, 0) == 0
+        }
     }
 }

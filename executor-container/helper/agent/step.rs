@@ -32,8 +32,22 @@ fn file(step: &Step, suffix: &[u8]) -> Path {
 
 /// Runs `step` as the start's supervisor would and exits with its
 /// status; `fallback`, which does not return, runs the shell's start
-/// instead (a second start).
-pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback: &dyn Fn()) -> ! {
+/// instead (a second start, which follows the first). With a step
+/// `user` (the agent does not share the step's uid), the step alone
+/// becomes that user, and nothing that could not start the step as the
+/// agent does goes to the shell, which would run it as the agent's user:
+/// such a start fails.
+pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, user: Option<&StepUser>, fallback: &dyn Fn()) -> ! {
+    let instead = |why: &[u8]| -> ! {
+        if user.is_some() {
+            say(2, b"knotless: the step cannot be started as its user: ");
+            say(2, why);
+            say(2, b"\n");
+        } else {
+            fallback();
+        }
+        exit(125)
+    };
     // Standard input is /dev/null; the other descriptors are the exec's
     // until the pipes are made (a second start's shell gets them).
     if let Some(null) = open(&mut Path::of(&[b"/dev/null"]), O_RDWR) {
@@ -53,8 +67,7 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
     // refuses it) is made before the pipes: the shell starts the step
     // instead, where nothing has happened yet.
     let (Some(chld), Some((released, release))) = (signal_fd(1 << (SIGCHLD - 1)), pipe()) else {
-        fallback();
-        exit(125);
+        instead(b"no signalfd or pipe here")
     };
     let made = mkfifo(&mut file(step, b".o"));
     if made == EEXIST {
@@ -69,8 +82,7 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
         exit(125);
     }
     if mkfifo(&mut file(step, b".e")) != 0 {
-        fallback();
-        exit(125);
+        instead(b"its second pipe cannot be made")
     }
     // The supervisor's own words go nowhere.
     dup2(0, 1);
@@ -109,7 +121,7 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
     let peak_before = cgroup_number(b"memory.peak", b"memory/memory.max_usage_in_bytes");
     let Some(pid) = fork() else { exit(125) };
     if pid == 0 {
-        run_step(step, envp);
+        run_step(step, envp, user);
     }
     let pipes = (
         identity(&mut file(step, b".o")).unwrap_or((0, 0)),
@@ -187,7 +199,7 @@ pub fn supervise(step: &Step, envp: *const *const u8, usage_max: usize, fallback
 /// The step itself: its pipes as stdout and stderr, its variables and
 /// folder, `sh FLAGS SCRIPT`. A folder it cannot enter is left to the
 /// shell, which says so and fails as the prelude would.
-fn run_step(step: &Step, envp: *const *const u8) -> ! {
+fn run_step(step: &Step, envp: *const *const u8, user: Option<&StepUser>) -> ! {
     set_mask(0);
     set_signal(SIGPIPE, SIG_DFL);
     let out = open(&mut file(step, b".o"), O_WRONLY);
@@ -201,6 +213,14 @@ fn run_step(step: &Step, envp: *const *const u8) -> ! {
         }
     }
     write_file(&mut Path::of(&[b"/proc/self/oom_score_adj"]), b"1000");
+    // Its pipes are open: from here on it is the step's user, whose
+    // processes cannot signal, trace or limit the agent's.
+    if let Some(user) = user {
+        if !user.become_it() {
+            say(2, b"knotless: cannot become the step's user\n");
+            exit(126);
+        }
+    }
     for (kind, value) in step.records() {
         if kind == b'd' && !chdir(&mut Path::of(&[value])) {
             let text = unsafe { &mut *core::ptr::addr_of_mut!(ENV_BUF) };

@@ -46,6 +46,16 @@ pub(super) fn hand_over(state_dir: &str) -> String {
         .replace("MAX", &executor_core::usage::MARKED_MAX.to_string())
 }
 
+/// [`hand_over`] for an agent that starts each step as `step_user`
+/// (`UID:GID:GROUPS`, digits, `:` and `,` only).
+pub(super) fn hand_over_as(state_dir: &str, step_user: &str) -> String {
+    let user: String = step_user
+        .chars()
+        .filter(|c| c.is_ascii_digit() || matches!(c, ':' | ','))
+        .collect();
+    format!("{} {user}", hand_over(state_dir))
+}
+
 /// Writes the agent into `dir`, a folder staged to be sent in as the
 /// state folder, as an executable file; nothing when this build has none.
 ///

@@ -43,11 +43,13 @@ use super::files::start_body;
 use super::scripts::HEAD;
 use super::{ungated, ExecEnd, GatedStart, Signing, StatusKey};
 
+mod argv;
 mod fake;
 mod native;
 mod scan;
 mod variables;
 
+pub use argv::{channel_argv, channel_argv_as};
 use executor_core::script::quote;
 use executor_core::ExecutorError;
 pub use fake::{answer_as_channel, answer_as_dry_channel};
@@ -114,41 +116,21 @@ impl Drop for ChannelIo {
 /// How a backend opens the channel's exec in its environment.
 #[async_trait]
 pub trait ChannelExec: Send + Sync {
-    /// Opens `argv` with stdin, stdout and stderr, as the step's user.
+    /// Opens `argv` with stdin, stdout and stderr, as the step's user, or
+    /// as root where [`ChannelExec::step_user`] names the step's.
     ///
     /// # Errors
     /// When the exec could not be opened.
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError>;
-}
 
-/// The argv of the channel's exec: [`CHANNEL`] under `sh -c`, after the
-/// start every step's message runs (`_kstart`), defined once: each message
-/// then carries only what is the step's own, a few hundred bytes where the
-/// whole start is 6 KB, and the channel's shell parses the start once.
-/// Between them it looks for the stream copier its starts use
-/// ([`TEE_FILE`](super::TEE_FILE) in the state folder), once, and where
-/// it is, becomes the agent ([`AGENT_FILE`](super::AGENT_FILE)) if that is
-/// there: the start's definition, kept as text in `$_ksrc`, goes with it
-/// for the messages it leaves to a shell.
-///
-/// ```
-/// use executor_container::detached::{channel_argv, CHANNEL};
-/// let argv = channel_argv();
-/// assert_eq!(argv[..2], ["sh", "-c"]);
-/// assert!(argv[2].starts_with("_ksrc='_kstart() {") && argv[2].ends_with(CHANNEL));
-/// ```
-pub fn channel_argv() -> Vec<String> {
-    let state = crate::container::STATE_DIR;
-    vec![
-        "sh".into(),
-        "-c".into(),
-        format!(
-            "_ksrc={}\neval \"$_ksrc\"\n{}\n{}\n{CHANNEL}",
-            quote(&format!("_kstart() {{\n{}\n}}", start_body())),
-            super::tee::probe(state),
-            super::agent::hand_over(state),
-        ),
-    ]
+    /// The user the agent starts each step as, `UID:GID:GROUPS` (groups
+    /// comma-separated), where the channel runs as root and the steps do
+    /// not: the agent, its supervisors and copiers are then out of every
+    /// step's reach ([`channel_argv_as`]). `None` (the default): the
+    /// channel runs as the steps' own user.
+    fn step_user(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The channel of one environment; see the module docs.
@@ -271,7 +253,7 @@ impl StepChannel {
             State::Open(io) => Ok(io),
             State::Closed => self
                 .exec
-                .open(&channel_argv())
+                .open(&channel_argv_as(self.exec.step_user().as_deref()))
                 .await
                 .map_err(|e| e.to_string()),
         }

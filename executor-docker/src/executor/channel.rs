@@ -24,6 +24,7 @@ impl DockerExecutor {
                 engine: Arc::clone(&self.engine),
                 id: id.to_string(),
                 user: self.user_of(id),
+                step_user: self.step_user_of(id),
                 working_dir: working_dir.to_string(),
             })
         })
@@ -61,6 +62,14 @@ impl DockerExecutor {
         };
         let prepared = match through_channel {
             Some(prepared) => Some(prepared),
+            // Only the channel's agent starts a step as its user: an exec
+            // of its own would run its shell as root.
+            None if step.follow_from.is_none() && self.step_user_of(id).is_some() => {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "step {}: it cannot be started through the step channel, the only start that runs it as DockerOptions::user",
+                    step.name
+                )))
+            }
             None => self.ahead.take(id, step).await,
         };
         if !self.through_channel {
@@ -70,16 +79,22 @@ impl DockerExecutor {
     }
 }
 
-/// Opens a channel's exec in one container, as its steps' user.
+/// Opens a channel's exec in one container, as its steps' user, or as
+/// root where its agent starts each step as `step_user`.
 struct ContainerChannel {
     engine: Arc<dyn Engine>,
     id: String,
     user: Option<String>,
+    step_user: Option<String>,
     working_dir: String,
 }
 
 #[async_trait]
 impl ChannelExec for ContainerChannel {
+    fn step_user(&self) -> Option<String> {
+        self.step_user.clone()
+    }
+
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
         let exec = ExecSpec {
             cmd: argv.to_vec(),

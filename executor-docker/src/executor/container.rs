@@ -89,6 +89,28 @@ impl DockerExecutor {
         }
     }
 
+    /// Removes what a start that failed had made.
+    pub(super) async fn remove_half_started(&self, id: Option<&str>, network: Option<&str>) {
+        if let Some(id) = id {
+            let made = self
+                .services
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id);
+            self.remove_services(&made.unwrap_or_default()).await;
+        }
+        if let Some(id) = id {
+            if let Err(remove_err) = self.engine.remove(id).await {
+                tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
+            }
+        }
+        if let Some(network) = network {
+            if let Err(remove_err) = self.remove_network(network).await {
+                tracing::error!(%remove_err, %network, "removing a half-started run's network failed");
+            }
+        }
+    }
+
     /// Creates the run's folders and fills them; the container exists already.
     pub(super) async fn prepare(
         &self,
@@ -152,15 +174,8 @@ impl DockerExecutor {
                 .upload(id, "/", &what, self.body(pack_folders(folders)).await)
                 .await?;
         }
-        if let Some(user) = &self.options.user {
-            // Uploaded files belong to root; the steps run as the user.
-            let chown = format!(
-                "chown -R {} /work /steps /outputs",
-                executor_core::script::quote(user)
-            );
-            self.exec_as_root(id, &chown, "giving /work to DockerOptions::user")
-                .await?;
-        }
+        // Uploaded files belong to root; the steps' user gets the run's
+        // folders after this (`resolve_step_user`).
         Ok(scripts)
     }
 }

@@ -22,8 +22,22 @@ impl DockerExecutor {
         script: &str,
         what: &str,
     ) -> Result<String, ExecutorError> {
+        self.exec_as_root_with(id, script, &[], what).await
+    }
+
+    /// [`DockerExecutor::exec_as_root`] with `args` as `$1`, `$2`, ...:
+    /// values that never become the script's text.
+    pub(super) async fn exec_as_root_with(
+        &self,
+        id: &str,
+        script: &str,
+        args: &[&str],
+        what: &str,
+    ) -> Result<String, ExecutorError> {
+        let mut cmd = vec!["sh".into(), "-c".into(), script.into(), "sh".into()];
+        cmd.extend(args.iter().map(|a| a.to_string()));
         let exec = ExecSpec {
-            cmd: vec!["sh".into(), "-c".into(), script.into()],
+            cmd,
             env: Vec::new(),
             working_dir: "/".into(),
             user: Some("0".into()),

@@ -33,6 +33,7 @@ mod execs;
 mod listing;
 mod outputs;
 mod services;
+mod step_user;
 use crate::{DockerOptions, PullPolicy};
 pub use bounds::UNTRUSTED_CAP_DROP;
 
@@ -87,28 +88,6 @@ impl DockerExecutor {
         }
     }
 
-    /// Removes what a start that failed had made.
-    async fn remove_half_started(&self, id: Option<&str>, network: Option<&str>) {
-        if let Some(id) = id {
-            let made = self
-                .services
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(id);
-            self.remove_services(&made.unwrap_or_default()).await;
-        }
-        if let Some(id) = id {
-            if let Err(remove_err) = self.engine.remove(id).await {
-                tracing::error!(%remove_err, container = %id, "removing a half-started container failed");
-            }
-        }
-        if let Some(network) = network {
-            if let Err(remove_err) = self.remove_network(network).await {
-                tracing::error!(%remove_err, %network, "removing a half-started run's network failed");
-            }
-        }
-    }
-
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ScriptFiles>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -121,14 +100,6 @@ impl DockerExecutor {
         self.bounds()
             .get(id)
             .is_some_and(|b| b.services_of.is_some())
-    }
-
-    /// The user run `id`'s steps run as: the run's own, as it was started.
-    fn user_of(&self, id: &str) -> Option<String> {
-        match self.bounds().get(id) {
-            Some(bounds) => bounds.user.clone(),
-            None => self.options.user.clone(),
-        }
     }
 }
 
@@ -219,9 +190,25 @@ impl Executor for DockerExecutor {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id.clone(), log.clone());
         }
+        let step_user = match self
+            .resolve_step_user(&id, self.options.user.as_deref(), true)
+            .await
+        {
+            Ok(user) => user,
+            Err(err) => {
+                self.remove_half_started(Some(&id), own_network.as_deref())
+                    .await;
+                return Err(err);
+            }
+        };
         self.live().insert(id.clone(), scripts);
-        self.bounds()
-            .insert(id.clone(), bounds::RunBounds::of(&spec.labels));
+        self.bounds().insert(
+            id.clone(),
+            bounds::RunBounds {
+                step_user,
+                ..bounds::RunBounds::of(&spec.labels)
+            },
+        );
         Ok(RunHandle::in_container(id))
     }
 
@@ -350,7 +337,7 @@ impl Executor for DockerExecutor {
             .filter(|(_, labels)| !labels.contains_key(services::SERVICE_LABEL))
             .collect();
         let ((id, labels), digest) = the_live_run(found, |(_, l)| Some(l), runner, name, place)?;
-        let bounds = bounds::RunBounds::of(&labels);
+        let mut bounds = bounds::RunBounds::of(&labels);
         // The steps run as the run's user, whoever resumes it.
         if self.options.user.is_some() && self.options.user != bounds.user {
             return Err(ExecutorError::InvalidInput(format!(
@@ -369,6 +356,9 @@ impl Executor for DockerExecutor {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id.clone(), running);
         }
+        bounds.step_user = self
+            .resolve_step_user(&id, bounds.user.as_deref(), false)
+            .await?;
         self.bounds().insert(id.clone(), bounds);
         let handle = RunHandle::in_container(id.clone());
         let plan = read_plan(self, &handle, STATE_DIR, &digest).await?;
