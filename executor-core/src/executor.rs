@@ -366,6 +366,26 @@ pub trait Executor: Send + Sync {
         )))
     }
 
+    /// What held in `run`'s environment (its architecture, whether the
+    /// step channel's agent ran, whether the steps ran apart from the
+    /// runner's side), for the result; `None` (the default) where the
+    /// backend has nothing to say, as the shell has not.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let shell = executor_shell::ShellExecutor::new(dir.path());
+    /// use executor_core::Executor;
+    /// let handle = executor_core::RunHandle::in_container("none");
+    /// assert!(shell.environment(&handle).await.is_none());
+    /// # }
+    /// ```
+    async fn environment(&self, run: &RunHandle) -> Option<crate::EnvironmentFacts> {
+        let _ = run;
+        None
+    }
+
     /// Removes environments that earlier runs of `runner` left behind,
     /// never one of a run this executor still has live.
     ///

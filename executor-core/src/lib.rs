@@ -58,8 +58,8 @@ pub use model::{
     DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
 };
 pub use result::{
-    manifest, media_type, Attempt, OutputFile, Phases, RunResult, RunStatus, StepResult,
-    StepStatus, RESULT_SCHEMA,
+    manifest, media_type, Attempt, EnvironmentFacts, OutputFile, Phases, RunResult, RunStatus,
+    StepIsolation, StepResult, StepStatus, RESULT_SCHEMA,
 };
 pub use service::{Readiness, Service};
 pub use steps_file::{parse_steps, read_steps_file, StepsFileError};

@@ -9,8 +9,10 @@ use tokio::io::AsyncReadExt;
 
 use crate::{ExecutorError, Failure};
 
+mod environment;
 mod media;
 
+pub use environment::{EnvironmentFacts, StepIsolation};
 pub use media::media_type;
 
 /// The JSON Schema of [`RunResult`], as shipped in `executor-core/schema/`.
@@ -258,6 +260,10 @@ pub struct Attempt {
     pub steps: Vec<StepResult>,
     /// Its time outside the steps.
     pub phases: Phases,
+    /// What held in its environment, where the backend says
+    /// ([`Executor::environment`](crate::Executor::environment)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<EnvironmentFacts>,
 }
 
 /// Milliseconds a run spent outside its steps, so a slow run says where

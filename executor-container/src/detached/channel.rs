@@ -282,6 +282,16 @@ impl StepChannels {
         )
     }
 
+    /// Whether environment `env`'s channel has said its agent runs (its
+    /// starts sign their statuses); `false` for one never opened.
+    pub fn agent_ran(&self, env: &str) -> bool {
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(env)
+            .is_some_and(|channel| *channel.agent.borrow())
+    }
+
     /// Closes environment `env`'s channel ([`StepChannel::close`]) and
     /// forgets it: a step's kill may need its process, and a stopped
     /// run's is done.

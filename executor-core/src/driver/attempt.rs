@@ -105,6 +105,7 @@ pub(super) async fn wind_up(
         }
     }
 
+    record.environment = executor.environment(handle).await;
     collect_outputs(executor, handle, spec, options, log, record).await;
     stop_once(executor, handle, spec, log, options, record).await;
 }

@@ -21,6 +21,7 @@ pub(super) struct AttemptRecord {
     pub(super) phases: Phases,
     pub(super) caches: Vec<CacheResult>,
     pub(super) refused: Vec<RefusedEntry>,
+    pub(super) environment: Option<crate::EnvironmentFacts>,
 }
 
 impl AttemptRecord {
@@ -35,6 +36,7 @@ impl AttemptRecord {
             phases: Phases::default(),
             caches: Vec::new(),
             refused: Vec::new(),
+            environment: None,
         }
         .with_steps_skipped(spec, 0)
     }
@@ -79,6 +81,7 @@ impl AttemptRecord {
             finished_at: self.finished_at,
             steps: self.steps.clone(),
             phases: self.phases,
+            environment: self.environment.clone(),
         }
     }
 

@@ -35,6 +35,8 @@ pub(super) struct RunBounds {
     /// the runner's execs run as root apart from the steps; resolved in
     /// the container, never read from a label.
     pub(super) step_user: Option<String>,
+    /// The container's architecture (`uname -m`), where it was asked.
+    pub(super) architecture: Option<String>,
 }
 
 impl RunBounds {
@@ -44,6 +46,7 @@ impl RunBounds {
             user: labels.get(USER_LABEL).cloned(),
             services_of: labels.get(super::services::SERVICES_LABEL).cloned(),
             step_user: None,
+            architecture: None,
         }
     }
 }

@@ -201,11 +201,18 @@ impl Executor for DockerExecutor {
                 return Err(err);
             }
         };
+        if let (Some(user), None) = (&self.options.user, &step_user.apart) {
+            log.line(&format!(
+                "warning: the steps run as {user}, and here the runner's side does too (the user is root, or the step agent does not run on {}): one trust domain, where a process a step leaves can disturb a later step's start",
+                step_user.architecture.as_deref().unwrap_or("this architecture")
+            ));
+        }
         self.live().insert(id.clone(), scripts);
         self.bounds().insert(
             id.clone(),
             bounds::RunBounds {
-                step_user,
+                step_user: step_user.apart,
+                architecture: step_user.architecture,
                 ..bounds::RunBounds::of(&spec.labels)
             },
         );
@@ -325,6 +332,10 @@ impl Executor for DockerExecutor {
         Ok(())
     }
 
+    async fn environment(&self, run: &RunHandle) -> Option<executor_core::EnvironmentFacts> {
+        Some(self.environment_of(&run.id))
+    }
+
     async fn reattach(&self, runner: &str, name: &str) -> Result<Reattached, ExecutorError> {
         let place = Place {
             kind: "container",
@@ -356,9 +367,11 @@ impl Executor for DockerExecutor {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id.clone(), running);
         }
-        bounds.step_user = self
+        let step_user = self
             .resolve_step_user(&id, bounds.user.as_deref(), false)
             .await?;
+        bounds.step_user = step_user.apart;
+        bounds.architecture = step_user.architecture;
         self.bounds().insert(id.clone(), bounds);
         let handle = RunHandle::in_container(id.clone());
         let plan = read_plan(self, &handle, STATE_DIR, &digest).await?;

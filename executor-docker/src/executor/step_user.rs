@@ -36,11 +36,22 @@ else
 fi
 [ "$4" != give ] || chown -R "$uid:$gid" /work /steps /outputs
 echo "$uid:$gid:$groups"
+uname -m
 # Where the agent runs, it alone starts steps, as root: the state folder
 # becomes root's, listed and changed by no step.
 if [ "$uid" != 0 ] && [ "$(uname -m)" = x86_64 ] && [ -s "$2/$3" ]; then
   chmod 0711 "$2"; echo apart
 fi"#;
+
+/// What resolving the steps' user found.
+#[derive(Debug, Default)]
+pub(super) struct StepUser {
+    /// The user the agent starts each step as (`UID:GID:GROUPS`), where
+    /// the runner's side runs apart from the steps.
+    pub(super) apart: Option<String>,
+    /// The container's architecture.
+    pub(super) architecture: Option<String>,
+}
 
 impl DockerExecutor {
     /// Gives the run's folders to `DockerOptions::user` in container `id`
@@ -59,9 +70,9 @@ impl DockerExecutor {
         id: &str,
         user: Option<&str>,
         give: bool,
-    ) -> Result<Option<String>, ExecutorError> {
+    ) -> Result<StepUser, ExecutorError> {
         let Some(user) = user else {
-            return Ok(None);
+            return Ok(StepUser::default());
         };
         let said = self
             .exec_as_root_with(
@@ -76,9 +87,14 @@ impl DockerExecutor {
                 "giving /work to DockerOptions::user",
             )
             .await?;
-        let mut lines = said.lines();
-        let ident = lines.next().unwrap_or_default().trim();
-        Ok((lines.next() == Some("apart")).then(|| ident.to_string()))
+        let mut lines = said.lines().map(str::trim);
+        let ident = lines.next().unwrap_or_default();
+        let architecture = lines.next().filter(|a| !a.is_empty()).map(String::from);
+        let apart = lines.next() == Some("apart");
+        Ok(StepUser {
+            apart: apart.then(|| ident.to_string()),
+            architecture,
+        })
     }
 
     /// The user the runner's execs for run `id`'s steps (its channel, a
@@ -90,6 +106,20 @@ impl DockerExecutor {
             Some(bounds) if bounds.step_user.is_some() => Some("0".into()),
             Some(bounds) => bounds.user.clone(),
             None => self.options.user.clone(),
+        }
+    }
+
+    /// What held in run `id`'s container, for the result.
+    pub(super) fn environment_of(&self, id: &str) -> executor_core::EnvironmentFacts {
+        let bounds = self.bounds().get(id).cloned().unwrap_or_default();
+        executor_core::EnvironmentFacts {
+            architecture: bounds.architecture,
+            agent: self.channels.agent_ran(id),
+            step_isolation: if bounds.step_user.is_some() {
+                executor_core::StepIsolation::Uid
+            } else {
+                executor_core::StepIsolation::None
+            },
         }
     }
 

@@ -10,8 +10,8 @@ use super::CHANNEL;
 /// then carries only what is the step's own, a few hundred bytes where the
 /// whole start is 6 KB, and the channel's shell parses the start once.
 /// Between them it looks for the stream copier its starts use
-/// ([`TEE_FILE`](super::TEE_FILE) in the state folder), once, and where
-/// it is, becomes the agent ([`AGENT_FILE`](super::AGENT_FILE)) if that is
+/// ([`TEE_FILE`](crate::detached::TEE_FILE) in the state folder), once, and where
+/// it is, becomes the agent ([`AGENT_FILE`](crate::detached::AGENT_FILE)) if that is
 /// there: the start's definition, kept as text in `$_ksrc`, goes with it
 /// for the messages it leaves to a shell.
 ///
