@@ -57,6 +57,8 @@ pub struct ContainerSpec {
     /// The run's secret variables, in the container's own environment:
     /// given once in the create call, never in an exec's arguments.
     pub secret_env: Vec<(String, executor_core::Secret)>,
+    /// The operator's settings (a run's container; none for a service's).
+    pub host: crate::HostSettings,
 }
 
 /// One command to run in the container.

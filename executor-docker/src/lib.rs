@@ -30,6 +30,7 @@ mod bollard_engine;
 mod dry_run;
 pub mod engine;
 mod executor;
+mod host;
 mod pooled;
 mod registry_auth;
 
@@ -42,6 +43,7 @@ use executor_core::ExecutorError;
 pub use bollard_engine::BollardEngine;
 pub use dry_run::DryRunEngine;
 pub use executor::{DockerExecutor, UNTRUSTED_CAP_DROP};
+pub use host::{HostSettings, Mounted};
 pub use registry_auth::{Credentials, RegistryAuth, Secret};
 
 /// The default pids limit: room for any build's parallel jobs, far from
@@ -100,6 +102,10 @@ pub struct DockerOptions {
     /// The credentials image pulls send. `None` reads them as the docker
     /// CLI does at connect ([`RegistryAuth::from_docker_config`]).
     pub registry_auth: Option<RegistryAuth>,
+    /// The operator's settings of each run's container: volumes,
+    /// runtime, `/dev/shm`, hosts, DNS, devices, privileged mode
+    /// (checked against each run's trust: [`HostSettings::check`]).
+    pub host: HostSettings,
 }
 
 impl Default for DockerOptions {
@@ -118,6 +124,7 @@ impl Default for DockerOptions {
             reconnect_timeout: Duration::from_secs(300),
             compression: Compression::Auto,
             registry_auth: None,
+            host: HostSettings::default(),
         }
     }
 }

@@ -183,6 +183,15 @@ fn docker_options(
         cap_drop: args.cap_drop.clone(),
         cap_add: cap_add.to_vec(),
         read_only: args.read_only,
+        host: executor_docker::HostSettings {
+            volumes: args.volumes.clone(),
+            privileged: args.privileged,
+            runtime: args.runtime.clone(),
+            shm_size: args.shm_size,
+            extra_hosts: args.add_hosts.clone(),
+            dns: args.dns.clone(),
+            devices: args.devices.clone(),
+        },
         reconnect_timeout: link.reconnect_timeout,
         compression: link.compression,
         ..DockerOptions::default()

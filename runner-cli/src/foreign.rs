@@ -68,6 +68,20 @@ fn docker_flags(docker: &DockerArgs) -> Vec<(&'static str, Option<&'static str>)
     if !docker.cap_drop.is_empty() {
         given.push(("--cap-drop", None));
     }
+    let operator = [
+        ("--volume", !docker.volumes.is_empty(), None),
+        ("--privileged", docker.privileged, None),
+        ("--runtime", docker.runtime.is_some(), None),
+        ("--shm-size", docker.shm_size.is_some(), None),
+        ("--add-host", !docker.add_hosts.is_empty(), None),
+        ("--dns", !docker.dns.is_empty(), None),
+        ("--device", !docker.devices.is_empty(), None),
+    ];
+    for (flag, set, k8s) in operator {
+        if set {
+            given.push((flag, k8s));
+        }
+    }
     if docker.read_only {
         given.push(("--read-only", None));
     }

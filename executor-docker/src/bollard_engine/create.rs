@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, MountVolumeOptions,
-    NetworkingConfig,
+    ContainerCreateBody, DeviceMapping, EndpointSettings, HostConfig, Mount, MountType,
+    MountVolumeOptions, NetworkingConfig,
 };
 
 use crate::engine::ContainerSpec;
@@ -62,9 +62,28 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
                         }),
                         ..Default::default()
                     })
+                    .chain(spec.host.volumes.iter().map(|mounted| Mount {
+                        // The operator's: never labelled as the run's, so
+                        // nothing of the runner's removes it.
+                        source: Some(mounted.source.clone()),
+                        target: Some(mounted.target.clone()),
+                        typ: Some(if mounted.is_host_path() {
+                            MountType::BIND
+                        } else {
+                            MountType::VOLUME
+                        }),
+                        read_only: Some(mounted.read_only),
+                        ..Default::default()
+                    }))
                     .collect(),
             ),
-            privileged: Some(false),
+            privileged: Some(spec.host.privileged),
+            runtime: spec.host.runtime.clone(),
+            shm_size: spec.host.shm_size,
+            extra_hosts: (!spec.host.extra_hosts.is_empty()).then(|| spec.host.extra_hosts.clone()),
+            dns: (!spec.host.dns.is_empty()).then(|| spec.host.dns.clone()),
+            devices: (!spec.host.devices.is_empty())
+                .then(|| spec.host.devices.iter().map(|d| device(d)).collect()),
             pids_limit: spec.pids_limit,
             cap_drop: (!spec.cap_drop.is_empty()).then(|| spec.cap_drop.clone()),
             cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
@@ -77,5 +96,20 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// `--device` as the docker CLI reads it: `HOST[:CONTAINER[:PERMISSIONS]]`.
+fn device(text: &str) -> DeviceMapping {
+    let mut parts = text.splitn(3, ':');
+    let host = parts.next().unwrap_or_default().to_string();
+    let container = parts
+        .next()
+        .filter(|c| !c.is_empty())
+        .map_or_else(|| host.clone(), String::from);
+    DeviceMapping {
+        path_on_host: Some(host),
+        path_in_container: Some(container),
+        cgroup_permissions: Some(parts.next().unwrap_or("rwm").to_string()),
     }
 }

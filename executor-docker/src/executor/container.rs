@@ -52,6 +52,7 @@ impl DockerExecutor {
             cap_add: self.options.cap_add.clone(),
             read_only: self.options.read_only,
             secret_env: run.secrets.clone(),
+            host: self.options.host.clone(),
         }
     }
 

@@ -111,6 +111,7 @@ impl Executor for DockerExecutor {
 
     fn check(&self, run: &RunSpec) -> Result<(), ExecutorError> {
         run.validate()?;
+        self.options.host.check(run.trust)?;
         if let (Some(service), Some(network)) = (run.services.first(), &self.options.network) {
             if matches!(network.as_str(), "bridge" | "host") || network.starts_with("container:") {
                 return Err(ExecutorError::InvalidInput(format!(

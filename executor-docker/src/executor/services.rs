@@ -65,6 +65,8 @@ impl DockerExecutor {
             cap_add: Vec::new(),
             read_only: false,
             secret_env: Vec::new(),
+            // A service runs as its image has it: the operator's settings are the run's.
+            host: crate::HostSettings::default(),
         }
     }
 

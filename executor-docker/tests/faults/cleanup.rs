@@ -157,6 +157,7 @@ async fn expired_containers_are_removed_by_the_default_cleanup() {
         cap_add: vec![],
         read_only: false,
         secret_env: vec![],
+        host: Default::default(),
     };
     let id = engine.create(&spec).await.unwrap();
     let executor = DockerExecutor::with_engine(Arc::new(engine), common::options());

@@ -144,6 +144,32 @@ pub struct DockerArgs {
     /// volumes and a /tmp tmpfs are writable.
     #[arg(long)]
     pub read_only: bool,
+    /// A host path or named volume mounted into the container, as
+    /// `docker run -v` (repeatable): SRC:DST[:ro]. The runner never
+    /// removes it. Untrusted triggers get read-only ones only.
+    #[arg(long = "volume", value_name = "SRC:DST[:ro]")]
+    pub volumes: Vec<executor_docker::Mounted>,
+    /// Run the container privileged (Docker-in-Docker); refused for
+    /// untrusted triggers.
+    #[arg(long)]
+    pub privileged: bool,
+    /// The engine's runtime for the container (runsc for gVisor,
+    /// sysbox-runc); default the engine's.
+    #[arg(long, value_name = "NAME")]
+    pub runtime: Option<String>,
+    /// Size of /dev/shm: bytes, or with k, m, g.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub shm_size: Option<i64>,
+    /// A HOST:IP line added to /etc/hosts (repeatable).
+    #[arg(long = "add-host", value_name = "HOST:IP")]
+    pub add_hosts: Vec<String>,
+    /// A DNS server of the container (repeatable).
+    #[arg(long = "dns", value_name = "IP")]
+    pub dns: Vec<String>,
+    /// A host device for the container, HOST[:CONTAINER[:rwm]]
+    /// (repeatable); refused for untrusted triggers.
+    #[arg(long = "device", value_name = "DEVICE")]
+    pub devices: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

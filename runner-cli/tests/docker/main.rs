@@ -8,6 +8,7 @@ use executor_core::RunResult;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod operator;
 mod reach;
 mod recovery;
 mod resume;
