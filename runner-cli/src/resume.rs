@@ -55,12 +55,6 @@ pub async fn resume(args: ResumeArgs) -> i32 {
         }
         Err(err) => tracing::warn!(%err, "cannot listen for signals"),
     }
-    if args.executor == ExecutorKind::Shell {
-        say!(
-            "runner-cli: --executor shell cannot resume a run: its steps are the runner's own processes and ended with it"
-        );
-        return EXIT_INPUT;
-    }
     let secrets = match crate::secrets::from_environment(&args.secrets).and_then(|mut s| {
         s.extend(crate::secrets::from_files(&args.secret_files)?);
         Ok(s)

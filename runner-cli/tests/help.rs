@@ -96,6 +96,26 @@ fn resume_and_cleanup_offer_only_their_own_flags() {
         "1g",
     ]);
     assert_eq!(out.status.code(), Some(2));
+    // The shell's runs end with their runner: resume offers only the
+    // backends it can carry a run on for.
+    let help = String::from_utf8_lossy(&cli(&["resume", "--help"]).stdout).into_owned();
+    assert!(
+        help.contains("[possible values: docker, k8s]") && !help.contains("values: shell"),
+        "{help}"
+    );
+    let out = cli(&[
+        "resume",
+        "--executor",
+        "shell",
+        "--runner",
+        "did:plc:x",
+        "--name",
+        "x",
+        "--log",
+        "x.log",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[possible values: docker, k8s]"));
 }
 
 #[test]

@@ -122,6 +122,27 @@ pub async fn run_with(
     crate::outage::telling(log.clone(), drive(executor, spec, log, cancel, options)).await
 }
 
+/// Why a failure ends the run although retries were asked for.
+fn why_not_retried(failure: &Failure, none_left: bool) -> String {
+    if none_left && failure.retryable {
+        return format!("{} failure, and no attempt is left", failure.kind);
+    }
+    let why = match failure.kind {
+        crate::FailureKind::Step => {
+            "a step failed, and would only fail again (its side effects twice)"
+        }
+        crate::FailureKind::Timeout => "a timeout would only come again",
+        crate::FailureKind::Cancelled => "the run was cancelled",
+        crate::FailureKind::Oom => "the step ran out of memory, and would again",
+        crate::FailureKind::Input => "the input would be refused again",
+        crate::FailureKind::Internal => {
+            "the environment answered for it, and a step can cause that"
+        }
+        _ => "it is not one a fresh attempt can fix",
+    };
+    format!("{} failure: {why}", failure.kind)
+}
+
 async fn drive(
     executor: &dyn Executor,
     spec: &RunSpec,
@@ -172,6 +193,12 @@ async fn drive(
             .as_ref()
             .filter(|f| policy.retries_after(f, number))
             .cloned();
+        if let (None, Some(failure), true) = (&again, &record.failure, policy.max_retries > 0) {
+            log.line(&format!(
+                "not retrying: {}",
+                why_not_retried(failure, number > policy.max_retries)
+            ));
+        }
         attempts.push(record);
         let Some(failure) = again else { break };
         let pause = policy.pause_before(number);

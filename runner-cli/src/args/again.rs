@@ -70,11 +70,23 @@ pub fn k8s_defaults() -> K8sArgs {
         .unwrap_or_default()
 }
 
+/// The executors whose runs outlive their runner: docker and k8s.
+fn resumable_executor() -> impl clap::builder::TypedValueParser<Value = ExecutorKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["docker", "k8s"]).map(|name| {
+        if name == "k8s" {
+            ExecutorKind::K8s
+        } else {
+            ExecutorKind::Docker
+        }
+    })
+}
+
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// Backend the run is on: docker or k8s (the shell's runs end with
-    /// their runner).
-    #[arg(long, value_enum)]
+    /// their runner, so it is not offered).
+    #[arg(long, value_parser = resumable_executor())]
     pub executor: ExecutorKind,
     /// The runner's DID, as given to `run`.
     #[arg(long, env = "RUNNER_DID")]

@@ -89,6 +89,13 @@ pub async fn retry_never_follows_a_step_failure(backend: &dyn Backend) {
     assert_eq!(result.attempts.len(), 1, "{}", log.text());
     assert_eq!(log.text().matches("ran-once").count(), 1, "{}", log.text());
     assert!(!log.text().contains("attempt 2"), "{}", log.text());
+    // The log says why the run was not retried.
+    assert!(
+        log.text()
+            .contains("not retrying: step failure: a step failed"),
+        "{}",
+        log.text()
+    );
     let failure = result.failure.expect("a failure record");
     assert_eq!(
         (failure.kind, failure.retryable),
