@@ -206,3 +206,27 @@ async fn a_create_whose_answer_was_lost_is_found_not_made_twice() {
     assert_nothing_left(&backend, &fx.runner).await;
     backend.cluster.shutdown().await;
 }
+
+/// Ten runs at once through one executor on one cluster: three are
+/// cancelled mid-step and the API server is down for 3 s while the
+/// others' steps run; they ride it out.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_runs_from_one_process_ride_out_an_outage_and_a_cancel() {
+    let backend = common::K8s::start(ClusterOptions::default(), common::options()).await;
+    let outage = async {
+        let mut over = backend.cluster.faults().outages_over();
+        backend.cluster.outage_now(Duration::from_secs(3));
+        over.wait_for(|n| *n >= 1).await.unwrap();
+    };
+    let logs =
+        executor_conformance::many_runs_ride_out_an_outage_and_a_cancel(&backend, outage).await;
+    assert!(
+        logs.iter().any(|log| log.contains("waiting up to")),
+        "no run met the outage: {logs:#?}"
+    );
+    backend.cluster.shutdown().await;
+}

@@ -217,3 +217,24 @@ async fn a_stream_cut_inside_a_frames_header_is_followed_with_every_byte() {
     assert!(!text.contains('\u{1}'), "a frame header in the log: {text}");
     assert_nothing_left(&probe, &fx.runner).await;
 }
+
+/// Ten runs at once through one executor: three are cancelled mid-step,
+/// and the first of their containers' removals takes the engine down for
+/// 2 s, cutting every connection, while the others' steps run; they ride
+/// it out and follow their steps on.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_runs_from_one_process_ride_out_an_outage_and_a_cancel() {
+    let proxy = Proxy::start(Some(Duration::from_secs(2))).await;
+    let backend = Docker(executor_through(&proxy, common::options()).await);
+    // The cancelled runs' removals set the outage off.
+    let logs =
+        executor_conformance::many_runs_ride_out_an_outage_and_a_cancel(&backend, async {}).await;
+    assert!(
+        logs.iter().any(|log| log.contains("waiting up to")),
+        "no run met the outage: {logs:#?}"
+    );
+}

@@ -49,6 +49,7 @@ pub use cases::failures::*;
 pub use cases::files::*;
 pub use cases::flow::*;
 pub use cases::lifecycle::*;
+pub use cases::load::*;
 pub use cases::logs::*;
 pub use cases::resume::*;
 pub use cases::secrets::*;

@@ -4,6 +4,7 @@ pub mod failures;
 pub mod files;
 pub mod flow;
 pub mod lifecycle;
+pub mod load;
 pub mod logs;
 pub mod resume;
 pub mod secrets;

@@ -1,0 +1,90 @@
+//! Many runs at once through one executor, as a runner daemon drives
+//! them from one process: load does not become loss.
+
+use std::future::Future;
+
+use executor_core::{RunStatus, Step, StepStatus};
+use tokio_util::sync::CancellationToken;
+
+use crate::fixture::{assert_nothing_left, run_watched, Fixture, WatchedLog};
+use crate::Backend;
+
+/// How many runs the case drives at once, and how many of them it
+/// cancels mid-step.
+const RUNS: usize = 10;
+const CANCELLED: usize = 3;
+
+/// Ten runs at once through one executor (one client and its pool of
+/// connections): once every run's second step runs, three are cancelled
+/// and `outage` happens (the backend's own: an API server down, an
+/// engine that refuses connections; a backend whose outage the
+/// cancelled runs' removals set off passes a future that does nothing).
+/// The cancelled runs end `cancelled`; every other run succeeds with each
+/// of its lines once; nothing of any is left. Returns the runs' logs, for
+/// the caller to see the outage was met.
+pub async fn many_runs_ride_out_an_outage_and_a_cancel<F>(
+    backend: &dyn Backend,
+    outage: F,
+) -> Vec<String>
+where
+    F: Future<Output = ()>,
+{
+    let first = Fixture::new("many");
+    let fixtures: Vec<Fixture> = (0..RUNS)
+        .map(|i| {
+            let mut fx = Fixture::new(&format!("many{i}"));
+            fx.runner.clone_from(&first.runner);
+            fx
+        })
+        .collect();
+    let specs: Vec<_> = fixtures
+        .iter()
+        .enumerate()
+        .map(|(i, fx)| {
+            fx.spec(backend, &format!("many-{i}"))
+                .step(Step::new("hello", format!("echo run-{i}-started")))
+                .step(Step::new(
+                    "work",
+                    format!("echo run-{i}-waiting; sleep 4; echo run-{i}-after"),
+                ))
+        })
+        .collect();
+    let logs: Vec<WatchedLog> = (0..RUNS).map(|_| WatchedLog::default()).collect();
+    let cancels: Vec<CancellationToken> = (0..RUNS).map(|_| CancellationToken::new()).collect();
+    let runs = futures_util::future::join_all(
+        specs
+            .iter()
+            .zip(&logs)
+            .zip(&cancels)
+            .map(|((spec, log), cancel)| run_watched(backend, spec, log, cancel.clone())),
+    );
+    let control = async {
+        for (i, log) in logs.iter().enumerate() {
+            log.wait_for(&format!("run-{i}-waiting")).await;
+        }
+        for cancel in cancels.iter().take(CANCELLED) {
+            cancel.cancel();
+        }
+        outage.await;
+    };
+    let (results, ()) = tokio::join!(runs, control);
+    for (i, (result, log)) in results.iter().zip(&logs).enumerate() {
+        let text = log.text();
+        if i < CANCELLED {
+            assert_eq!(result.status, RunStatus::Cancelled, "run {i}: {text}");
+            assert_eq!(
+                result.steps[1].status,
+                StepStatus::Cancelled,
+                "run {i}: {text}"
+            );
+            continue;
+        }
+        assert_eq!(result.status, RunStatus::Success, "run {i}: {text}");
+        for line in ["started", "waiting", "after"] {
+            let line = format!("run-{i}-{line}\n");
+            assert_eq!(text.matches(&line).count(), 1, "run {i}, {line:?}: {text}");
+        }
+    }
+    assert_nothing_left(backend, &first.runner).await;
+    logs.iter().map(WatchedLog::text).collect()
+}
