@@ -980,6 +980,63 @@ spec:
         self.row(f"concurrency: {n} runs at once", "k8s (test cluster)", f"{len(ok)}/{n} succeeded in {wall:.1f} s", "—", f"{int(rss) >> 20} MiB per run (median peak RSS)", "all succeed", len(ok) == n,
                  f"first failure: {failed[0][:300]}" if failed else "")
 
+    def many_runs(self):
+        """N runs at once from one embedding process (the many_runs
+        example, through the library, on a multi-threaded runtime with 1
+        and 2 workers) against the same N as runner-cli processes at once,
+        each step printing `size` bytes; and one run alone, for the per-step
+        p99 bound."""
+        n, steps_n, size = (4, 3, 64 << 10) if self.quick else (50, 10, 1 << 20)
+        example = self.bin_dir / "examples" / "many_runs"
+
+        def embedded(backend, runs, workers):
+            env = dict(self.env, KNOTLESS_WORKERS=str(workers), KNOTLESS_TEST_IMAGE=IMAGE)
+            t = time.perf_counter()
+            out = subprocess.run([str(example), backend, str(runs), str(steps_n), str(size)], env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t
+            if out.returncode != 0:
+                raise RuntimeError(f"many_runs {backend} exited {out.returncode}: {out.stderr[-2000:]}")
+            fields = dict(f.split("=", 1) for f in out.stdout.split())
+            return wall, fields
+
+        script = f"head -c {size} /dev/zero | tr '\\\\0' a; echo"
+        steps = self.steps("many", [(f"print-{i}", script) for i in range(steps_n)])
+        empty = self.checkout("empty")
+        for backend, where in [("docker", "docker"), ("k8s", "k8s (test cluster)")]:
+            try:
+                _, alone = embedded(backend, 1, 2)
+                single_p99 = float(alone["step_p99"].rstrip("ms"))
+                results = [None] * n
+
+                def one(i):
+                    try:
+                        results[i] = self.runner(backend, steps, empty, tag=f"many{i}")
+                    except Exception as e:  # noqa: BLE001 - reported in the row
+                        results[i] = e
+                threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+                t = time.perf_counter()
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                processes = time.perf_counter() - t
+                procs_ok = sum(isinstance(r, tuple) for r in results)
+                procs_rss = sum(r[1] for r in results if isinstance(r, tuple))
+                for workers in (2, 1):
+                    wall, got = embedded(backend, n, workers)
+                    rss = int(got["peak_rss"].rstrip("MiB"))
+                    p99 = float(got["step_p99"].rstrip("ms"))
+                    ok = int(got["succeeded"])
+                    rss_bound = 64 + n
+                    self.row(f"{n} runs at once from one process, {steps_n} steps of {size >> 10} KiB each ({workers} worker{'s' if workers > 1 else ''})", where,
+                             f"{ok}/{n} succeeded, every byte once, in {wall:.1f} s; peak RSS {rss} MiB; step p50 {got['step_p50']}, p99 {got['step_p99']}",
+                             f"{procs_ok}/{n} runner-cli processes in {processes:.1f} s, {procs_rss >> 20} MiB RSS in all; one run alone: step p99 {single_p99:.0f} ms",
+                             f"{wall / processes:.2f}× the time; p99 {p99 / max(single_p99, 1.0):.1f}× alone",
+                             f"all succeed; RSS ≤ {rss_bound} MiB (64 + 1 a run); p99 ≤ 4× alone",
+                             ok == n and rss <= rss_bound and p99 <= 4 * max(single_p99, 1.0))
+            except Exception as e:  # noqa: BLE001 - reported in the row
+                self.row(f"{n} runs at once from one process", where, "failed", "—", "—", "all succeed", False, str(e)[:300])
+
     def cache(self):
         files = 80 if self.quick else 8000
         src = self.tmp / "cache-src"
@@ -1088,12 +1145,14 @@ spec:
             sys.exit(f"bench.py: the image {IMAGE} is not on the engine; run scripts/prepare-engine.sh first (it builds it), or set KNOTLESS_TEST_IMAGE to an image that has busybox")
         if not self.quick:
             subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link", "--bin", "runner-cli", "--bin", "kube-testcluster", "--bin", "knotless-link"], cwd=ROOT, check=True)
+            subprocess.run(["cargo", "build", "--release", "-p", "runner-cli", "--example", "many_runs"], cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", *([] if self.quick else ["--release"]), "-p", "executor-docker", "-p", "executor-k8s", "--example", "bare_docker_exec", "--example", "bare_kube_exec"], cwd=ROOT, check=True)
         if self.quick:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "-p", "kube-testcluster", "-p", "knotless-link"], cwd=ROOT, check=True)
+            subprocess.run(["cargo", "build", "-p", "runner-cli", "--example", "many_runs"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.usage_cost, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.service_start, self.concurrency, self.cache, self.link_per_step, self.link_checkout, self.link_start]
+            parts = [self.per_step, self.usage_cost, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.service_start, self.concurrency, self.many_runs, self.cache, self.link_per_step, self.link_checkout, self.link_start]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:
@@ -1133,7 +1192,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repetition, to keep the script working (CI)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help="where the markdown table goes")
-    parser.add_argument("--only", nargs="*", help="run only these parts (per_step usage_cost transfer logs masking events memory_row header_bomb start_to_first_step service_start concurrency cache link_per_step link_checkout link_start)")
+    parser.add_argument("--only", nargs="*", help="run only these parts (per_step usage_cost transfer logs masking events memory_row header_bomb start_to_first_step service_start concurrency many_runs cache link_per_step link_checkout link_start)")
     Bench(parser.parse_args()).run()
 
 
