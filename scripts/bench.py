@@ -956,15 +956,14 @@ spec:
             f"(the checkout upload) {ms(upload)}. The rest of the added time is runner-cli's own start; the baseline's "
             "CLI start is inside the baseline.")
 
-    def concurrency(self):
-        n = 3 if self.quick else 20
-        empty = self.checkout("empty")
-        steps = self.steps("conc", [("a", "echo one"), ("b", "sleep 1; echo two")])
+    def runners_at_once(self, n, executor, steps, workdir, tag):
+        """`n` runner-cli runs at once, each its own (`tag` and its number):
+        each one's `runner` tuple or its exception, and the wall time."""
         results = [None] * n
 
         def one(i):
             try:
-                results[i] = self.runner("k8s", steps, empty, tag=str(i))
+                results[i] = self.runner(executor, steps, workdir, tag=f"{tag}{i}")
             except Exception as e:  # noqa: BLE001 - reported in the row
                 results[i] = e
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -973,7 +972,13 @@ spec:
             th.start()
         for th in threads:
             th.join()
-        wall = time.perf_counter() - t
+        return results, time.perf_counter() - t
+
+    def concurrency(self):
+        n = 3 if self.quick else 20
+        empty = self.checkout("empty")
+        steps = self.steps("conc", [("a", "echo one"), ("b", "sleep 1; echo two")])
+        results, wall = self.runners_at_once(n, "k8s", steps, empty, "")
         ok = [r for r in results if isinstance(r, tuple)]
         rss = statistics.median(r[1] for r in ok) if ok else 0
         failed = [str(r) for r in results if not isinstance(r, tuple)]
@@ -1006,20 +1011,7 @@ spec:
             try:
                 _, alone = embedded(backend, 1, 2)
                 single_p99 = float(alone["step_p99"].rstrip("ms"))
-                results = [None] * n
-
-                def one(i):
-                    try:
-                        results[i] = self.runner(backend, steps, empty, tag=f"many{i}")
-                    except Exception as e:  # noqa: BLE001 - reported in the row
-                        results[i] = e
-                threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-                t = time.perf_counter()
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
-                processes = time.perf_counter() - t
+                results, processes = self.runners_at_once(n, backend, steps, empty, "many")
                 procs_ok = sum(isinstance(r, tuple) for r in results)
                 procs_rss = sum(r[1] for r in results if isinstance(r, tuple))
                 for workers in (2, 1):

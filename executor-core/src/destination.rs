@@ -221,7 +221,6 @@ impl Destination {
 fn descriptor_named(path: &Path) -> Option<i32> {
     let text = path.to_str()?;
     match text {
-        "/dev/stdin" => return Some(0),
         "/dev/stdout" => return Some(1),
         "/dev/stderr" => return Some(2),
         _ => {}

@@ -94,9 +94,11 @@ impl RunLog {
     /// ```
     pub fn create_resumable(path: &Path) -> io::Result<Self> {
         let dest = Destination::of(path)?;
-        let Destination::File(path) = &dest else {
+        if !dest.is_file() {
             return Ok(Self::new(dest.open()?));
-        };
+        }
+        // The mark, lock and record go beside the path as given (a link's
+        // too), where `resume` with the same path looks for them.
         // Not cut before it is this process's: another runner may own it.
         let file = std::fs::OpenOptions::new()
             .write(true)

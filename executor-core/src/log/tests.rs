@@ -213,3 +213,24 @@ fn each_step_has_a_status_key_of_its_own() {
     assert_eq!(log.status_key(ids[0]), keys[0]);
     assert_ne!(RunLog::memory().0.status_key(ids[0]), keys[0]);
 }
+
+#[tokio::test]
+async fn a_log_through_a_link_is_resumed_through_the_same_link() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("real.log"), "").unwrap();
+    let link = dir.path().join("run.log");
+    std::os::unix::fs::symlink("real.log", &link).unwrap();
+    let log = RunLog::create_resumable(&link).unwrap();
+    log.line("through the link");
+    assert!(log.flush(Duration::from_secs(10)).await);
+    drop(log);
+    // The mark is where `resume` with the same path looks, and the link
+    // is still a link to the log it wrote.
+    assert!(crate::resume::mark_path(&link).exists());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let (_log, mark) = RunLog::resume(&link).unwrap();
+    assert_eq!(mark.log_len, "==> through the link\n".len() as u64);
+}

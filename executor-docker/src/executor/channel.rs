@@ -47,24 +47,27 @@ impl DockerExecutor {
         // not an exec's create and start. A step an earlier runner started
         // is followed; one it may not have started (the log has nothing
         // of it) has its start ready, released only if it never started.
-        let through_channel = match step.follow_from {
-            None
-            | Some(Offsets {
+        let may_start = matches!(
+            step.follow_from,
+            None | Some(Offsets {
                 stdout: 0,
-                stderr: 0,
-            }) if self.through_channel => {
-                let argv = gated_start_argv(step, start)?;
-                self.step_channel(id, working_dir)
-                    .start(argv.clone(), Some(working_dir), signing)
-                    .map(|gate| Prepared { gate, argv })
-            }
-            _ => None,
+                stderr: 0
+            })
+        );
+        // Only the channel's agent starts a step as its user: an exec of
+        // its own, as root, would run its shell as root.
+        let apart = self.step_user_of(id).is_some();
+        let through_channel = if may_start && (self.through_channel || apart) {
+            let argv = gated_start_argv(step, start)?;
+            self.step_channel(id, working_dir)
+                .start(argv.clone(), Some(working_dir), signing)
+                .map(|gate| Prepared { gate, argv })
+        } else {
+            None
         };
         let prepared = match through_channel {
             Some(prepared) => Some(prepared),
-            // Only the channel's agent starts a step as its user: an exec
-            // of its own would run its shell as root.
-            None if step.follow_from.is_none() && self.step_user_of(id).is_some() => {
+            None if may_start && apart => {
                 return Err(ExecutorError::InvalidInput(format!(
                     "step {}: it cannot be started through the step channel, the only start that runs it as DockerOptions::user",
                     step.name
@@ -72,7 +75,7 @@ impl DockerExecutor {
             }
             None => self.ahead.take(id, step).await,
         };
-        if !self.through_channel {
+        if !self.through_channel && !apart {
             self.open_ahead(id, working_dir, step, start);
         }
         Ok(prepared)
