@@ -145,7 +145,7 @@ pub struct DockerArgs {
     #[arg(long)]
     pub read_only: bool,
     /// A host path or named volume mounted into the container, as
-    /// `docker run -v` (repeatable): SRC:DST[:ro]. The runner never
+    /// `docker run -v` (repeatable): `SRC:DST[:ro]`. The runner never
     /// removes it. Untrusted triggers get read-only ones only.
     #[arg(long = "volume", value_name = "SRC:DST[:ro]")]
     pub volumes: Vec<executor_docker::Mounted>,
@@ -166,7 +166,7 @@ pub struct DockerArgs {
     /// A DNS server of the container (repeatable).
     #[arg(long = "dns", value_name = "IP")]
     pub dns: Vec<String>,
-    /// A host device for the container, HOST[:CONTAINER[:rwm]]
+    /// A host device for the container, `HOST[:CONTAINER[:rwm]]`
     /// (repeatable); refused for untrusted triggers.
     #[arg(long = "device", value_name = "DEVICE")]
     pub devices: Vec<String>,
