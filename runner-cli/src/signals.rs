@@ -106,6 +106,15 @@ impl Abandon {
                 Event::EnvironmentReady { environment, .. } if !environment.is_empty() => {
                     state.environment = Some(environment.clone());
                 }
+                // Running when a second signal ends the runner: it was
+                // cancelled, not skipped; its end, if it comes, says more.
+                Event::StepStarted { step, .. } | Event::StepResumed { step, .. } => {
+                    if let Some((result, _)) = state.result.as_mut() {
+                        if let Some(s) = result.steps.iter_mut().find(|s| &s.name == step) {
+                            s.status = executor_core::StepStatus::Cancelled;
+                        }
+                    }
+                }
                 Event::StepFinished {
                     step,
                     status,

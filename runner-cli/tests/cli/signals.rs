@@ -174,3 +174,62 @@ async fn a_stalled_log_reader_holds_back_output_but_not_timeouts_or_signals() {
     assert!(left.is_empty(), "{left:?}");
     drop(stdout);
 }
+
+/// A second signal while the step is still being stopped (it ignores the
+/// first one's SIGTERM for the grace the runner gives it) ends the runner
+/// at once; the step that was running is `cancelled` in the result, the
+/// one after it `skipped`.
+#[test]
+fn after_a_second_signal_the_running_step_is_cancelled_not_skipped() {
+    let case = Case::new();
+    let pid_file = case.path("step.pid");
+    let script = format!(
+        "stubborn\ttrap '' TERM INT; echo $$ > '{}'; echo waiting-for-signal; while :; do sleep 0.1; done\nafter\ttrue\n",
+        pid_file.display()
+    );
+    let mut child = case
+        .run(&script, &[])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let mut read_until = |what: &str, said: &mut String| {
+        while !said.contains(what) {
+            let mut line = String::new();
+            let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0);
+            assert!(n > 0, "no {what:?} in {said}");
+            said.push_str(&line);
+        }
+    };
+    read_until("step stubborn: started", &mut said);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    read_until("cancelling the run", &mut said);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    // The step's shell, left running by design, is the test's to end.
+    if let Ok(text) = std::fs::read_to_string(&pid_file) {
+        if let Ok(step) = text.trim().parse::<i32>() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(step),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    assert_eq!(status.code(), Some(130), "{said}");
+    let result = case.result();
+    let statuses: Vec<_> = result
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("stubborn", executor_core::StepStatus::Cancelled),
+            ("after", executor_core::StepStatus::Skipped)
+        ],
+        "{said}"
+    );
+}
