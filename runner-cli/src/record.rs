@@ -142,7 +142,8 @@ impl RunRecord {
     /// The cluster connection flags it records, over `k8s`'s defaults;
     /// never an insecure transport: the record is a file beside the log,
     /// which anyone who can write there can change, so only `resume`'s own
-    /// command line turns one on ([`RunRecord::insecure_flags`] names them).
+    /// command line turns one on ([`RunRecord::insecure_flags_beyond`]
+    /// names them).
     pub fn reach(&self, k8s: &mut K8sArgs) {
         k8s.kubeconfig.clone_from(&self.kubeconfig);
         k8s.context.clone_from(&self.context);
@@ -153,15 +154,22 @@ impl RunRecord {
         }
     }
 
-    /// The insecure transport flags the run says it was given, which a
-    /// resume does not take from it.
-    pub fn insecure_flags(&self) -> Vec<&'static str> {
+    /// The insecure transport flags the run says it was given that `k8s`
+    /// (resume's own) does not turn on: a resume does not take them from
+    /// the record.
+    pub fn insecure_flags_beyond(&self, k8s: &K8sArgs) -> Vec<&'static str> {
         [
-            ("--insecure-skip-tls-verify", self.insecure_skip_tls_verify),
-            ("--insecure-plain-http", self.insecure_plain_http),
+            (
+                "--insecure-skip-tls-verify",
+                self.insecure_skip_tls_verify && !k8s.insecure_skip_tls_verify,
+            ),
+            (
+                "--insecure-plain-http",
+                self.insecure_plain_http && !k8s.insecure_plain_http,
+            ),
         ]
         .into_iter()
-        .filter_map(|(flag, on)| on.then_some(flag))
+        .filter_map(|(flag, named)| named.then_some(flag))
         .collect()
     }
 }
@@ -185,8 +193,14 @@ mod tests {
         assert!(!k8s.insecure_skip_tls_verify && !k8s.insecure_plain_http);
         assert_eq!(k8s.kubeconfig.as_deref(), Some(Path::new("/k")));
         assert_eq!(
-            record.insecure_flags(),
+            record.insecure_flags_beyond(&k8s),
             ["--insecure-skip-tls-verify", "--insecure-plain-http"]
+        );
+        // One resume's own command line names is not said again.
+        k8s.insecure_plain_http = true;
+        assert_eq!(
+            record.insecure_flags_beyond(&k8s),
+            ["--insecure-skip-tls-verify"]
         );
     }
 }

@@ -231,14 +231,7 @@ impl Resume {
         }
         args.reach.over(&mut k8s);
         if let Some(record) = &record {
-            let missing: Vec<&str> = record
-                .insecure_flags()
-                .into_iter()
-                .filter(|flag| match *flag {
-                    "--insecure-skip-tls-verify" => !k8s.insecure_skip_tls_verify,
-                    _ => !k8s.insecure_plain_http,
-                })
-                .collect();
+            let missing = record.insecure_flags_beyond(&k8s);
             if !missing.is_empty() {
                 say!(
                     "runner-cli: the run's record says it was given {}; resume turns an insecure transport on only when its own command line names it",
