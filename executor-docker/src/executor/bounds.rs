@@ -31,12 +31,10 @@ pub(super) struct RunBounds {
     /// The run container's name its services are labelled with, when it
     /// has services.
     pub(super) services_of: Option<String>,
-    /// The user the agent starts each step as (`UID:GID:GROUPS`), where
-    /// the runner's execs run as root apart from the steps; resolved in
-    /// the container, never read from a label.
-    pub(super) step_user: Option<String>,
-    /// The container's architecture (`uname -m`), where it was asked.
-    pub(super) architecture: Option<String>,
+    /// What resolving the steps' user in the container found (the user
+    /// the agent starts each step as, the architecture); never read from a
+    /// label.
+    pub(super) resolved: super::step_user::StepUser,
 }
 
 impl RunBounds {
@@ -45,8 +43,7 @@ impl RunBounds {
             network: labels.get(NETWORK_LABEL).cloned(),
             user: labels.get(USER_LABEL).cloned(),
             services_of: labels.get(super::services::SERVICES_LABEL).cloned(),
-            step_user: None,
-            architecture: None,
+            resolved: Default::default(),
         }
     }
 }

@@ -212,8 +212,7 @@ impl Executor for DockerExecutor {
         self.bounds().insert(
             id.clone(),
             bounds::RunBounds {
-                step_user: step_user.apart,
-                architecture: step_user.architecture,
+                resolved: step_user,
                 ..bounds::RunBounds::of(&spec.labels)
             },
         );
@@ -368,11 +367,9 @@ impl Executor for DockerExecutor {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id.clone(), running);
         }
-        let step_user = self
+        bounds.resolved = self
             .resolve_step_user(&id, bounds.user.as_deref(), false)
             .await?;
-        bounds.step_user = step_user.apart;
-        bounds.architecture = step_user.architecture;
         self.bounds().insert(id.clone(), bounds);
         let handle = RunHandle::in_container(id.clone());
         let plan = read_plan(self, &handle, STATE_DIR, &digest).await?;

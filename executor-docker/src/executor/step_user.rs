@@ -44,7 +44,7 @@ if [ "$uid" != 0 ] && [ "$(uname -m)" = x86_64 ] && [ -s "$2/$3" ]; then
 fi"#;
 
 /// What resolving the steps' user found.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct StepUser {
     /// The user the agent starts each step as (`UID:GID:GROUPS`), where
     /// the runner's side runs apart from the steps.
@@ -103,7 +103,7 @@ impl DockerExecutor {
     /// started.
     pub(super) fn user_of(&self, id: &str) -> Option<String> {
         match self.bounds().get(id) {
-            Some(bounds) if bounds.step_user.is_some() => Some("0".into()),
+            Some(bounds) if bounds.resolved.apart.is_some() => Some("0".into()),
             Some(bounds) => bounds.user.clone(),
             None => self.options.user.clone(),
         }
@@ -113,9 +113,9 @@ impl DockerExecutor {
     pub(super) fn environment_of(&self, id: &str) -> executor_core::EnvironmentFacts {
         let bounds = self.bounds().get(id).cloned().unwrap_or_default();
         executor_core::EnvironmentFacts {
-            architecture: bounds.architecture,
+            architecture: bounds.resolved.architecture,
             agent: self.channels.agent_ran(id),
-            step_isolation: if bounds.step_user.is_some() {
+            step_isolation: if bounds.resolved.apart.is_some() {
                 executor_core::StepIsolation::Uid
             } else {
                 executor_core::StepIsolation::None
@@ -126,6 +126,6 @@ impl DockerExecutor {
     /// The user the agent starts run `id`'s steps as, `UID:GID:GROUPS`,
     /// where the runner's side runs apart from them.
     pub(super) fn step_user_of(&self, id: &str) -> Option<String> {
-        self.bounds().get(id).and_then(|b| b.step_user.clone())
+        self.bounds().get(id).and_then(|b| b.resolved.apart.clone())
     }
 }
