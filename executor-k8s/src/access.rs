@@ -36,6 +36,9 @@ pub(crate) const LIST_EVENTS: Permission = p("list", "", "events", "");
 /// Reading a service container's output; not in [`RUN`]: a run without
 /// services never reads it, and one with them says what it could not read.
 pub(crate) const GET_POD_LOGS: Permission = p("get", "", "pods", "log");
+/// Reading the PersistentVolumeClaims a pod template names; not in
+/// [`RUN`]: only a run whose template mounts a claim asks.
+pub(crate) const GET_CLAIMS: Permission = p("get", "", "persistentvolumeclaims", "");
 /// Servers before 1.31 authorize a WebSocket exec as `get`, later ones
 /// as `create`: either serves.
 pub(crate) const EXEC: [Permission; 2] = [
@@ -69,6 +72,9 @@ pub enum Purpose {
     Cleanup,
     /// Runs with service containers, besides [`Purpose::Run`]: [`SERVICES`].
     Services,
+    /// Runs whose pod template mounts PersistentVolumeClaims, besides
+    /// [`Purpose::Run`]: [`CLAIMS`].
+    Claims,
 }
 
 impl Purpose {
@@ -78,6 +84,7 @@ impl Purpose {
             Purpose::Run => RUN,
             Purpose::Cleanup => CLEANUP,
             Purpose::Services => SERVICES,
+            Purpose::Claims => CLAIMS,
         }
     }
 
@@ -87,6 +94,7 @@ impl Purpose {
             Purpose::Run => "run",
             Purpose::Cleanup => "cleanup",
             Purpose::Services => "services",
+            Purpose::Claims => "claims",
         }
     }
 }
@@ -113,6 +121,11 @@ pub const RUN: &[Permission] = &[
 
 /// What a run with services uses besides [`RUN`]: reading their output.
 pub const SERVICES: &[Permission] = &[GET_POD_LOGS];
+
+/// What a run whose pod template mounts claims uses besides [`RUN`]:
+/// reading each claim, to refuse the run before its Job is made when one
+/// is missing (a real scheduler would leave the pod Pending).
+pub const CLAIMS: &[Permission] = &[GET_CLAIMS];
 
 /// Asks the server about every permission in `needed` and fails, naming
 /// each one missing and the namespace, when any is.

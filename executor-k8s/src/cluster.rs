@@ -116,6 +116,9 @@ pub trait Cluster: Send + Sync {
     ) -> Result<PodEvents, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/pods/{name}`; `None` when it is gone.
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError>;
+    /// `GET /api/v1/namespaces/{ns}/persistentvolumeclaims/{name}`:
+    /// whether the claim exists.
+    async fn claim_exists(&self, name: &str) -> Result<bool, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/pods/{pod}/log?container=&tailLines=`:
     /// the last `lines` lines of a container's output.
     async fn container_log(

@@ -150,6 +150,13 @@ impl Cluster for DryRunCluster {
         self.say(format!("GET /api/v1/namespaces/{}/pods/{name}", self.ns()));
         Ok(Some(ready_pod(name)))
     }
+    async fn claim_exists(&self, name: &str) -> Result<bool, ExecutorError> {
+        self.say(format!(
+            "GET /api/v1/namespaces/{}/persistentvolumeclaims/{name}",
+            self.ns()
+        ));
+        Ok(true)
+    }
     async fn container_log(
         &self,
         pod: &str,

@@ -143,6 +143,17 @@ pub fn objects(
             "topologyKey": "kubernetes.io/hostname",
         }]}});
     }
+    let mut pod = json!({"metadata": {"labels": labels}, "spec": pod_spec});
+    if let Some(template) = &options.pod_template {
+        if run.trust == executor_core::Trust::Untrusted {
+            template
+                .check_untrusted()
+                .map_err(|e| format!("K8sOptions::pod_template: {e}"))?;
+        }
+        template
+            .lay_under(&mut pod)
+            .map_err(|e| format!("K8sOptions::pod_template: {e}"))?;
+    }
     let job = serde_json::from_value::<Job>(json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
@@ -150,7 +161,7 @@ pub fn objects(
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline,
             "ttlSecondsAfterFinished": options.ttl_after_finished.as_secs(),
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": pod,
         },
     }))
     .map_err(|e| e.to_string())?;

@@ -36,6 +36,7 @@ mod kubeconfig;
 mod permission;
 mod pod_status;
 mod settling;
+mod template;
 mod wait;
 mod yaml;
 
@@ -49,6 +50,7 @@ pub use dry_run::{calls as dry_run_calls, DryRunCluster, DRY_POD_SUFFIX};
 pub use executor::K8sExecutor;
 pub use job::{runner_selector, CONTAINER};
 pub use kube_cluster::{KubeCluster, KubeconfigSource};
+pub use template::{PodTemplate, TemplateError};
 pub use wait::{pod_state, PodState};
 
 /// Settings of the Kubernetes executor; `Default` is what `runner-cli` uses without flags.
@@ -108,6 +110,11 @@ pub struct K8sOptions {
     /// the API server's round trip, timed at connect, shows a link
     /// between machines.
     pub compression: Compression,
+    /// The operator's pod template the run's Job is laid over
+    /// ([`PodTemplate`]): volumes, a runtime class, a priority class,
+    /// annotations, sidecars. Its PersistentVolumeClaims must exist in the
+    /// namespace before a run starts.
+    pub pod_template: Option<PodTemplate>,
 }
 
 impl Default for K8sOptions {
@@ -134,6 +141,7 @@ impl Default for K8sOptions {
             keepalive: Duration::from_secs(20),
             reconnect_timeout: Duration::from_secs(300),
             compression: Compression::Auto,
+            pod_template: None,
         }
     }
 }

@@ -111,9 +111,12 @@ struct Progress {
 /// reasons and events go to the log as they change, with the time waited,
 /// and a line every `progress_every` says it is still waiting. Reasons
 /// that will not heal end the wait at once; an Unschedulable pod fails
-/// only at `timeout`, as `unschedulable`.
+/// only at `timeout`, as `unschedulable`. While no pod exists, the Job
+/// `job`'s events are read for the controller's refusal to create one,
+/// which ends the wait as [`ExecutorError::InvalidInput`].
 pub async fn ready(
     cluster: &dyn Cluster,
+    job: &str,
     selector: &str,
     timeout: Duration,
     progress_every: Duration,
@@ -159,10 +162,26 @@ pub async fn ready(
     let report = async {
         let mut seen_events = HashSet::new();
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // While there is no pod, the Job's events say whether admission
+        // refuses it (a policy, a missing RuntimeClass or PriorityClass,
+        // a quota): asked at 1 s, 2 s, 4 s ... up to `every`, since the
+        // Job controller only retries and no pod will ever say so.
+        let mut refusal_check = Duration::from_secs(1).min(every);
+        let mut next_refusal_check = tokio::time::Instant::now() + refusal_check;
         loop {
             let still_waiting = tokio::select! {
                 _ = tick.tick() => true,
                 () = changed.notified() => false,
+                () = tokio::time::sleep_until(next_refusal_check) => {
+                    if lock(&progress).pod.is_none() {
+                        if let Some(refused) = refused_pod(cluster, job).await {
+                            return refused;
+                        }
+                    }
+                    refusal_check = (refusal_check * 2).min(every);
+                    next_refusal_check = tokio::time::Instant::now() + refusal_check;
+                    continue;
+                }
             };
             let pod = lock(&progress).pod.clone();
             report_events(cluster, pod.as_deref(), &mut seen_events, log).await;
@@ -182,7 +201,7 @@ pub async fn ready(
     };
     tokio::select! {
         done = await_pods(cluster, selector, is_ready) => done?,
-        _ = report => unreachable_report(),
+        refused = report => Err(refused),
         () = tokio::time::sleep(timeout) => {
             let progress = lock(&progress);
             // Still not placed: no node fits, and none came.
@@ -209,12 +228,19 @@ fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     progress.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The progress reporter loops for as long as the wait it reports on.
-fn unreachable_report() -> Result<String, ExecutorError> {
-    Err(ExecutorError::backend(
-        "starting the pod",
-        "the progress reporter stopped",
-    ))
+/// The Job controller's refusal to create `job`'s pod, if its events
+/// show one that will not heal: admission said `forbidden` or `invalid`.
+async fn refused_pod(cluster: &dyn Cluster, job: &str) -> Option<ExecutorError> {
+    let events = cluster.pod_events(job).await.ok()?;
+    let message = events.into_iter().find_map(|e| {
+        let message = e.message.unwrap_or_default();
+        (e.reason.as_deref() == Some("FailedCreate")
+            && (message.contains("is forbidden") || message.contains("is invalid")))
+        .then_some(message)
+    })?;
+    Some(ExecutorError::InvalidInput(format!(
+        "the cluster refuses to create the Job {job}'s pod: {message}"
+    )))
 }
 
 async fn report_events(

@@ -90,7 +90,8 @@ pub async fn build(
             }
         }
         ExecutorKind::K8s => {
-            let options = k8s_options(opts.k8s, opts.cap_add, opts.untrusted);
+            let options =
+                k8s_options(opts.k8s, opts.cap_add, opts.untrusted).map_err(BuildError::Input)?;
             if opts.dry_run {
                 let ns = opts
                     .k8s
@@ -132,8 +133,29 @@ pub async fn build(
     }
 }
 
-fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOptions {
-    K8sOptions {
+fn k8s_options(
+    args: &K8sArgs,
+    cap_add: &[String],
+    untrusted: bool,
+) -> anyhow::Result<K8sOptions> {
+    let pod_template = match &args.pod_template {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("--pod-template {}: cannot read it: {e}", path.display())
+            })?;
+            let template = executor_k8s::PodTemplate::parse(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "--pod-template {}: {}",
+                    path.display(),
+                    crate::flags::as_flags(&e.to_string())
+                )
+            })?;
+            Some(template)
+        }
+        None => None,
+    };
+    Ok(K8sOptions {
+        pod_template,
         cpu_request: args.cpu_request.clone(),
         cpu_limit: args.cpu_limit.clone(),
         memory_request: args.memory_request.clone(),
@@ -152,7 +174,7 @@ fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> K8sOption
         reconnect_timeout: args.reconnect_timeout,
         compression: args.compression,
         ..K8sOptions::default()
-    }
+    })
 }
 
 fn docker_options(

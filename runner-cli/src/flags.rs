@@ -12,6 +12,8 @@ const FLAGS: &[(&str, &str)] = &[
     ("DockerOptions::privileged", "--privileged"),
     ("DockerOptions::devices", "--device"),
     ("DockerOptions::volumes", "--volume"),
+    ("K8sOptions::pod_template", "--pod-template"),
+    ("K8sOptions::cap_add", "--cap-add"),
     ("RunSpec::checkout", "--workdir"),
     ("RunSpec::steps_dir", "--steps-dir"),
     ("RunSpec::outputs", "--outputs"),

@@ -106,6 +106,7 @@ impl K8sExecutor {
             .unwrap_or_default();
         let pod = wait::ready(
             self.cluster.as_ref(),
+            &job_name,
             &pod_selector,
             self.options.pod_timeout,
             self.options.progress_every,

@@ -30,6 +30,7 @@ impl K8sExecutor {
         if !run.services.is_empty() {
             self.check_permissions(access::Purpose::Services).await?;
         }
+        self.check_claims().await?;
         if self.cluster.tls_unverified() {
             log.line(
                 "warning: the API server's certificate is not verified (insecure-skip-tls-verify, \
@@ -80,6 +81,7 @@ impl K8sExecutor {
             }
             let pod = match wait::ready(
                 self.cluster.as_ref(),
+                &name,
                 &objects.pod_selector,
                 self.options.pod_timeout,
                 self.options.progress_every,
@@ -156,5 +158,29 @@ impl K8sExecutor {
             return Err(err);
         }
         Ok(RunHandle::in_container(name))
+    }
+
+    /// Refuses a run whose pod template mounts a PersistentVolumeClaim the
+    /// namespace lacks: a real scheduler would leave its pod Pending
+    /// until the pod timeout.
+    async fn check_claims(&self) -> Result<(), ExecutorError> {
+        let Some(template) = &self.options.pod_template else {
+            return Ok(());
+        };
+        let claims = template.claims();
+        if claims.is_empty() {
+            return Ok(());
+        }
+        self.check_permissions(access::Purpose::Claims).await?;
+        for claim in claims {
+            if !self.cluster.claim_exists(&claim).await? {
+                return Err(ExecutorError::InvalidInput(format!(
+                    "K8sOptions::pod_template mounts the PersistentVolumeClaim {claim}, which \
+                     namespace {} does not have; create it (or name one it has) first",
+                    self.cluster.namespace()
+                )));
+            }
+        }
+        Ok(())
     }
 }

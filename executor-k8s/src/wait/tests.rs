@@ -82,6 +82,7 @@ async fn ready_lists_again_after_a_410_and_after_a_watch_ends() {
     let (log, text) = RunLog::memory();
     let pod = ready(
         &cluster,
+        "j",
         "job-name=j",
         Duration::from_secs(60),
         Duration::from_secs(10),
@@ -118,6 +119,7 @@ async fn ready_ends_at_the_callers_deadline_as_unschedulable_with_progress() {
     let (log, text) = RunLog::memory();
     let err = ready(
         &cluster,
+        "j",
         "job-name=j",
         Duration::from_secs(35),
         Duration::from_secs(10),
@@ -154,6 +156,7 @@ async fn a_pod_deleted_while_starting_is_a_lost_environment() {
     cluster.expect_pod_events().returning(|_| Ok(Vec::new()));
     let err = ready(
         &cluster,
+        "j",
         "job-name=j",
         Duration::from_secs(60),
         Duration::from_secs(10),

@@ -67,6 +67,13 @@ pub struct K8sArgs {
     /// default for --trigger pull.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub isolate: Option<bool>,
+    /// A pod template the run's Job is laid over (YAML or JSON: a Pod, a
+    /// PodTemplate, a PodTemplateSpec or a PodSpec): volumes, a runtime
+    /// class, a priority class, annotations, sidecars, and for the
+    /// container named `run` mounts, variables, resources and a tighter
+    /// security context. What the runner owns is refused with its line.
+    #[arg(long, value_name = "FILE")]
+    pub pod_template: Option<PathBuf>,
     /// How long the pod may take to be ready (renting a node counts).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub pod_timeout: Duration,

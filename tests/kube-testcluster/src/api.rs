@@ -56,23 +56,35 @@ struct Route {
 
 fn parse_route(path: &str) -> Option<Route> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest: &[&str] = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => rest,
-        ["apis", "batch", "v1", rest @ ..] => rest,
+    let (group, rest): (&str, &[&str]) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group @ ("batch" | "node.k8s.io" | "scheduling.k8s.io"), "v1", rest @ ..] => {
+            (group, rest)
+        }
         _ => return None,
     };
-    let batch = parts[0] == "apis";
     let (ns, rest) = match rest {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
         _ => (None, rest),
     };
-    let kind = match *rest.first()? {
-        "jobs" if batch => Kind::Job,
-        "pods" if !batch => Kind::Pod,
-        "secrets" if !batch => Kind::Secret,
-        "events" if !batch => Kind::Event,
-        _ => return None,
-    };
+    let resource = *rest.first()?;
+    let kind = [
+        Kind::Job,
+        Kind::Pod,
+        Kind::Secret,
+        Kind::Event,
+        Kind::PersistentVolumeClaim,
+        Kind::RuntimeClass,
+        Kind::PriorityClass,
+    ]
+    .into_iter()
+    .find(|k| k.group() == group && k.plural() == resource)?;
+    // A cluster-scoped kind has no namespace in its path, a namespaced one
+    // is listed across namespaces without one.
+    if ns.is_some() && !kind.namespaced() {
+        return None;
+    }
+    let ns = if kind.namespaced() { ns } else { Some(String::new()) };
     Some(Route {
         kind,
         ns,
@@ -271,11 +283,12 @@ fn list(shared: &Shared, route: &Route, query: &str) -> Result<(u16, Value), Api
 
 fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, Value), ApiError> {
     let ns = route.ns.clone().unwrap_or_else(|| "default".into());
-    let exists = shared
-        .namespaces
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&ns);
+    let exists = !route.kind.namespaced()
+        || shared
+            .namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&ns);
     if !exists {
         return Err(ApiError::namespace_not_found(&ns));
     }
@@ -297,6 +310,8 @@ fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, 
         .to_string();
     let causes = match route.kind {
         Kind::Job => validate::job(&body),
+        Kind::RuntimeClass => validate::runtime_class(&body),
+        Kind::PriorityClass => validate::priority_class(&body),
         _ => validate::metadata(&body),
     };
     if !causes.is_empty() {
@@ -312,6 +327,13 @@ fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, 
             }
             body.as_object_mut().map(|o| o.remove("stringData"));
         }
+    }
+    if route.kind == Kind::PersistentVolumeClaim {
+        // As a dynamic provisioner that binds at once.
+        body["status"] = json!({"phase": "Bound", "accessModes": body["spec"]["accessModes"].clone()});
+    }
+    if route.kind == Kind::Pod {
+        crate::admission::admit_pod(&shared.store, &ns, &mut body)?;
     }
     let created = shared.store.create(route.kind, &ns, body)?;
     if route.kind == Kind::Job {
@@ -359,6 +381,10 @@ async fn delete(
     {
         Some(object) if route.kind == Kind::Job && propagation == Propagation::Foreground => {
             Ok((200, object))
+        }
+        Some(_) if route.kind == Kind::PersistentVolumeClaim => {
+            shared.kubelet.claim_deleted(ns, name).await;
+            Ok((200, status::success()))
         }
         Some(_) if route.kind == Kind::Secret || route.kind == Kind::Event => {
             Ok((200, status::success()))

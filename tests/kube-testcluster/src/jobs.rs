@@ -112,6 +112,19 @@ pub fn job_created(store: &Arc<Store>, kubelet: &Arc<Kubelet>, job: &Value) {
         if store2.get(Kind::Job, &ns2, &job_name_of(&job2)).is_none() {
             return;
         }
+        let mut pod = pod;
+        if let Err(refused) = crate::admission::admit_pod(&store2, &ns2, &mut pod) {
+            // As the controller: the Job stays active, the refusal is an
+            // event, and it tries again (with no pod ever made).
+            job_event(
+                &store2,
+                &job2,
+                "Warning",
+                "FailedCreate",
+                &format!("Error creating: {}", refused.message),
+            );
+            return;
+        }
         if store2.create(Kind::Pod, &ns2, pod).is_ok() {
             let name = job_name_of(&job2);
             store2.update(Kind::Job, &ns2, &name, |j| {

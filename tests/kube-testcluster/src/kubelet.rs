@@ -14,6 +14,9 @@ use crate::store::{timestamp, Kind, Store};
 mod containers;
 mod deletion;
 mod lifecycle;
+mod volumes;
+
+pub use volumes::remove_cluster_volumes;
 
 /// A pod's namespace and name.
 type PodKey = (String, String);
@@ -221,6 +224,7 @@ impl Kubelet {
         self.tasks.close();
         self.tasks.wait().await;
         remove_cluster_containers(&self.docker, &self.cluster_id).await;
+        remove_cluster_volumes(&self.docker, &self.cluster_id).await;
     }
 
     pub(crate) fn cluster_id(&self) -> &str {

@@ -18,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod api;
 pub mod exec;
 pub mod faults;
@@ -425,6 +426,7 @@ impl Drop for TestCluster {
                 if let Ok(docker) = Docker::connect_with_defaults() {
                     if let Ok(docker) = docker.negotiate_version().await {
                         kubelet::remove_cluster_containers(&docker, &cluster_id).await;
+                        kubelet::remove_cluster_volumes(&docker, &cluster_id).await;
                     }
                 }
             });

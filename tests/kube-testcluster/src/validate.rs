@@ -144,6 +144,29 @@ pub fn job(object: &Value) -> Vec<(String, String)> {
     causes
 }
 
+/// Faults of a RuntimeClass: a handler is required, a DNS label.
+pub fn runtime_class(object: &Value) -> Vec<(String, String)> {
+    let mut causes = metadata(object);
+    match object["handler"].as_str() {
+        None | Some("") => causes.push(("handler".into(), "Required value".into())),
+        Some(h) if !is_dns1123_label(h) => causes.push((
+            "handler".into(),
+            format!("Invalid value: {h:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
+        )),
+        Some(_) => {}
+    }
+    causes
+}
+
+/// Faults of a PriorityClass: a value is required.
+pub fn priority_class(object: &Value) -> Vec<(String, String)> {
+    let mut causes = metadata(object);
+    if !object["value"].is_i64() {
+        causes.push(("value".into(), "Required value".into()));
+    }
+    causes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,8 @@ pub(super) fn openapi_doc(kinds: &[(&str, &str, &str)]) -> Value {
         };
         let path = if *kind == "Namespace" {
             format!("{prefix}/namespaces/{{name}}")
+        } else if ["RuntimeClass", "PriorityClass"].contains(kind) {
+            format!("{prefix}/{plural}/{{name}}")
         } else {
             format!("{prefix}/namespaces/{{namespace}}/{plural}/{{name}}")
         };
@@ -29,6 +31,15 @@ pub(super) fn openapi_doc(kinds: &[(&str, &str, &str)]) -> Value {
         }}));
     }
     json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths})
+}
+
+/// The API groups beside the core one.
+const GROUPS: [&str; 3] = ["batch", "node.k8s.io", "scheduling.k8s.io"];
+
+/// An API group with its one version, v1.
+fn group(name: &str) -> Value {
+    let version = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+    json!({"name": name, "versions": [version], "preferredVersion": version})
 }
 
 pub(super) fn discovery(shared: &Shared, method: &Method, path: &str) -> Option<Response<Body>> {
@@ -62,17 +73,28 @@ pub(super) fn discovery(shared: &Shared, method: &Method, path: &str) -> Option<
                 resource("pods/status", "Pod", true, &["get"]),
                 resource("secrets", "Secret", true, &crud),
                 resource("events", "Event", true, &crud),
+                resource("persistentvolumeclaims", "PersistentVolumeClaim", true, &crud),
                 resource("namespaces", "Namespace", false, &["get"]),
                 resource("nodes", "Node", false, &["get", "list"]),
             ],
         }),
         "/apis" => json!({
             "kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [{
-                "name": "batch",
-                "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
-                "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
-            }],
+            "groups": GROUPS.iter().map(|g| group(g)).collect::<Vec<_>>(),
+        }),
+        "/apis/node.k8s.io" | "/apis/scheduling.k8s.io" => {
+            let mut g = group(&path.trim_end_matches('/')["/apis/".len()..]);
+            g["kind"] = json!("APIGroup");
+            g["apiVersion"] = json!("v1");
+            g
+        }
+        "/apis/node.k8s.io/v1" => json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "node.k8s.io/v1",
+            "resources": [resource("runtimeclasses", "RuntimeClass", false, &crud)],
+        }),
+        "/apis/scheduling.k8s.io/v1" => json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "scheduling.k8s.io/v1",
+            "resources": [resource("priorityclasses", "PriorityClass", false, &crud)],
         }),
         "/apis/batch" => json!({
             "kind": "APIGroup", "apiVersion": "v1", "name": "batch",
@@ -89,11 +111,20 @@ pub(super) fn discovery(shared: &Shared, method: &Method, path: &str) -> Option<
         "/openapi/v3" => json!({"paths": {
             "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=knotless"},
             "apis/batch/v1": {"serverRelativeURL": "/openapi/v3/apis/batch/v1?hash=knotless"},
+            "apis/node.k8s.io/v1": {"serverRelativeURL": "/openapi/v3/apis/node.k8s.io/v1?hash=knotless"},
+            "apis/scheduling.k8s.io/v1": {"serverRelativeURL": "/openapi/v3/apis/scheduling.k8s.io/v1?hash=knotless"},
         }}),
+        "/openapi/v3/apis/node.k8s.io/v1" => {
+            openapi_doc(&[("node.k8s.io", "RuntimeClass", "runtimeclasses")])
+        }
+        "/openapi/v3/apis/scheduling.k8s.io/v1" => {
+            openapi_doc(&[("scheduling.k8s.io", "PriorityClass", "priorityclasses")])
+        }
         "/openapi/v3/api/v1" => openapi_doc(&[
             ("", "Pod", "pods"),
             ("", "Secret", "secrets"),
             ("", "Event", "events"),
+            ("", "PersistentVolumeClaim", "persistentvolumeclaims"),
             ("", "Namespace", "namespaces"),
         ]),
         "/openapi/v3/apis/batch/v1" => openapi_doc(&[("batch", "Job", "jobs")]),

@@ -151,7 +151,7 @@ impl Kubelet {
                     .collect()
             })
         };
-        let mounts: Vec<Mount> = empty_dir_mounts(spec, container)
+        let mut mounts: Vec<Mount> = empty_dir_mounts(spec, container)
             .into_iter()
             .map(|path| Mount {
                 target: Some(path),
@@ -159,6 +159,12 @@ impl Kubelet {
                 ..Default::default()
             })
             .collect();
+        mounts.extend(self.claim_mounts(ns, spec, container).await);
+        // The pod's RuntimeClass names the engine's runtime (its handler).
+        let runtime = spec["runtimeClassName"]
+            .as_str()
+            .and_then(|class| self.store.get(Kind::RuntimeClass, "", class))
+            .and_then(|class| class["handler"].as_str().map(str::to_string));
         let memory = container["resources"]["limits"]["memory"]
             .as_str()
             .and_then(parse_quantity);
@@ -211,6 +217,7 @@ impl Kubelet {
                 // As containerd runs it: the image's command is PID 1, with
                 // no init to forward (or reap) for it.
                 init: Some(false),
+                runtime,
                 ..Default::default()
             }),
             ..Default::default()

@@ -105,6 +105,11 @@ impl Kubelet {
             return Ok(());
         }
         self.set_status(ns, name, waiting("ContainerCreating", ""));
+        if let Some(msg) = Self::unmountable(&spec) {
+            // As a real kubelet: the pod waits, ContainerCreating, saying why.
+            self.event(&pod, "Warning", "FailedMount", &msg, "kubelet");
+            return Ok(());
+        }
         self.event(
             &pod,
             "Normal",
