@@ -255,9 +255,11 @@ impl Cluster for KubeCluster {
     async fn claim_exists(&self, name: &str) -> Result<bool, ExecutorError> {
         let api = self.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>();
         self.judge()
-            .retry("reading a PersistentVolumeClaim", &[access::GET_CLAIMS], || {
-                api.get_opt(name)
-            })
+            .retry(
+                "reading a PersistentVolumeClaim",
+                &[access::GET_CLAIMS],
+                || api.get_opt(name),
+            )
             .await
             .map(|claim| claim.is_some())
     }

@@ -133,11 +133,7 @@ pub async fn build(
     }
 }
 
-fn k8s_options(
-    args: &K8sArgs,
-    cap_add: &[String],
-    untrusted: bool,
-) -> anyhow::Result<K8sOptions> {
+fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> anyhow::Result<K8sOptions> {
     let pod_template = match &args.pod_template {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {

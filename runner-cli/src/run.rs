@@ -192,6 +192,18 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     let result = run_with(executor.as_ref(), &spec, &log, cancel, &driver).await;
     if args.dry_run {
+        // What the run would be refused is said as it would be, exit 2;
+        // anything else a dry run cannot tell.
+        if result.failure.as_ref().map(|f| f.kind) == Some(executor_core::FailureKind::Input) {
+            if let Some(error) = &result.error {
+                say!(
+                    "runner-cli: run {}: {}",
+                    result.name,
+                    crate::flags::as_flags(error)
+                );
+            }
+            return 2;
+        }
         return 0;
     }
     crate::outputs::mark(&args.outputs, &args.name);

@@ -21,7 +21,9 @@ impl PodTemplate {
         let metadata = self.metadata();
         for key in ["labels", "annotations"] {
             let mut merged = object_or_empty(&metadata[key]);
-            if let (Some(into), Some(ours)) = (merged.as_object_mut(), pod["metadata"][key].as_object()) {
+            if let (Some(into), Some(ours)) =
+                (merged.as_object_mut(), pod["metadata"][key].as_object())
+            {
                 into.extend(ours.clone());
             }
             if merged.as_object().is_some_and(|m| !m.is_empty()) {

@@ -163,7 +163,8 @@ mod tests {
 
     #[test]
     fn every_field_and_item_has_its_line() {
-        let text = "kind: Pod\nspec:\n  containers:\n    - name: run\n      image: x\n    - name: side\n";
+        let text =
+            "kind: Pod\nspec:\n  containers:\n    - name: run\n      image: x\n    - name: side\n";
         let located = Located::parse(text).unwrap();
         assert_eq!(located.value["spec"]["containers"][1]["name"], "side");
         assert_eq!(located.line("kind"), Some(1));

@@ -128,7 +128,12 @@ impl PodTemplate {
                 ));
             }
         }
-        for (i, var) in container["env"].as_array().into_iter().flatten().enumerate() {
+        for (i, var) in container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             if let Some(name) = var["name"].as_str() {
                 if RUN_VARIABLES.contains(&name) {
                     return Err(self.refuse(

@@ -175,7 +175,10 @@ spec:
     });
     template.lay_under(&mut pod).unwrap();
     let spec = &pod["spec"];
-    assert_eq!(pod["metadata"]["labels"], json!({"team": "ci", "dev.knotless.runner": "r"}));
+    assert_eq!(
+        pod["metadata"]["labels"],
+        json!({"team": "ci", "dev.knotless.runner": "r"})
+    );
     assert_eq!(
         pod["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"],
         "false"
@@ -187,7 +190,12 @@ spec:
         spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
         json!([{"topologyKey": "zone"}, {"topologyKey": "kubernetes.io/hostname"}])
     );
-    let volumes: Vec<_> = spec["volumes"].as_array().unwrap().iter().map(|v| v["name"].clone()).collect();
+    let volumes: Vec<_> = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].clone())
+        .collect();
     assert_eq!(volumes, [json!("cache"), json!("work")]);
     let step = &spec["containers"][0];
     assert_eq!(step["name"], "run");
@@ -196,16 +204,23 @@ spec:
     assert_eq!(step["env"][1]["name"], "WORK_DIR");
     assert_eq!(step["volumeMounts"][0]["mountPath"], "/cache");
     assert_eq!(step["volumeMounts"][1]["mountPath"], "/work");
-    assert_eq!(step["resources"]["limits"], json!({"memory": "1Gi", "cpu": "1"}));
+    assert_eq!(
+        step["resources"]["limits"],
+        json!({"memory": "1Gi", "cpu": "1"})
+    );
     assert_eq!(step["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(step["securityContext"]["capabilities"], json!({"drop": ["ALL"]}));
+    assert_eq!(
+        step["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"]})
+    );
     assert_eq!(spec["containers"][1]["name"], "proxy");
 }
 
 #[test]
 fn a_template_container_named_as_a_service_is_refused() {
     let template = PodTemplate::parse("containers:\n  - name: db\n    image: x\n").unwrap();
-    let mut pod = json!({"metadata": {}, "spec": {"containers": [{"name": "run"}, {"name": "db"}]}});
+    let mut pod =
+        json!({"metadata": {}, "spec": {"containers": [{"name": "run"}, {"name": "db"}]}});
     let err = template.lay_under(&mut pod).unwrap_err();
     assert!(err.contains("db"), "{err}");
 }

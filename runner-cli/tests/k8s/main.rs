@@ -14,6 +14,7 @@ use tokio::process::Command;
 mod connection;
 mod runs;
 mod scripts;
+mod template;
 mod tenant;
 
 fn image() -> String {

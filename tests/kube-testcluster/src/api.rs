@@ -84,7 +84,11 @@ fn parse_route(path: &str) -> Option<Route> {
     if ns.is_some() && !kind.namespaced() {
         return None;
     }
-    let ns = if kind.namespaced() { ns } else { Some(String::new()) };
+    let ns = if kind.namespaced() {
+        ns
+    } else {
+        Some(String::new())
+    };
     Some(Route {
         kind,
         ns,
@@ -330,7 +334,8 @@ fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, 
     }
     if route.kind == Kind::PersistentVolumeClaim {
         // As a dynamic provisioner that binds at once.
-        body["status"] = json!({"phase": "Bound", "accessModes": body["spec"]["accessModes"].clone()});
+        body["status"] =
+            json!({"phase": "Bound", "accessModes": body["spec"]["accessModes"].clone()});
     }
     if route.kind == Kind::Pod {
         crate::admission::admit_pod(&shared.store, &ns, &mut body)?;
