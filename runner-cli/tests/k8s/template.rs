@@ -200,6 +200,56 @@ async fn the_docs_templates_run_on_the_test_cluster() {
     let log = std::fs::read_to_string(dir.path().join("read.log")).unwrap();
     assert!(log.contains("found-the-warm-cache"), "{log}");
 
+    // An init container runs to its end before the steps, with the
+    // template's mounts; one that fails fails the run instead of leaving
+    // it waiting.
+    let seeded = |code: u8| {
+        [
+            "volumes:",
+            "  - name: cache",
+            "    persistentVolumeClaim:",
+            "      claimName: warm-cache",
+            "initContainers:",
+            "  - name: seed",
+            &format!("    image: {}", image()),
+            &format!("    command: [sh, -c, 'echo seeded > /cache/seed; exit {code}']"),
+            "    volumeMounts:",
+            "      - name: cache",
+            "        mountPath: /cache",
+            "containers:",
+            "  - name: run",
+            "    volumeMounts:",
+            "      - name: cache",
+            "        mountPath: /cache",
+        ]
+        .join("\n")
+    };
+    let init = dir.path().join("init.yaml");
+    std::fs::write(&init, seeded(0)).unwrap();
+    let after_init = templated(
+        &kubeconfig,
+        dir.path(),
+        "init",
+        &init,
+        "grep seeded /cache/seed",
+    )
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        after_init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&after_init.stderr)
+    );
+    std::fs::write(&init, seeded(3)).unwrap();
+    let failed_init = templated(&kubeconfig, dir.path(), "init-fails", &init, "true")
+        .output()
+        .await
+        .unwrap();
+    assert!(!failed_init.status.success());
+    let log = std::fs::read_to_string(dir.path().join("init-fails.log")).unwrap();
+    assert!(!log.contains("step step"), "no step may start: {log}");
+
     // No RuntimeClass yet: admission refuses the pod, and the run does
     // not wait out the pod timeout for a pod that will never exist.
     let refused = templated(

@@ -13,6 +13,7 @@ use crate::store::{timestamp, Kind, Store};
 
 mod containers;
 mod deletion;
+mod init;
 mod lifecycle;
 mod volumes;
 

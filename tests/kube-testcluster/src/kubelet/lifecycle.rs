@@ -140,6 +140,9 @@ impl Kubelet {
                 return Ok(());
             }
         };
+        if !self.run_init_containers(ns, &pod, &spec).await {
+            return Ok(());
+        }
         let id = self
             .create_container(ns, name, &spec, container, env, None)
             .await
