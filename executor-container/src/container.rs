@@ -46,6 +46,7 @@ pub mod ahead;
 pub mod compressing;
 pub mod gather;
 pub mod oom;
+pub mod step_user;
 
 /// The runner's own folder in every container environment: the step
 /// scripts, the run's plan and each step's files.

@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::json;
 
+use crate::executor::{ROOT_SIDE_CAPABILITIES, STEP_USER_KEY};
 use crate::K8sOptions;
 
 /// The container's name in the pod.
@@ -37,7 +38,9 @@ pub fn step_key(step: usize, key: &str) -> String {
 /// Builds the run's Job and Secret. `suffix` makes the name unique;
 /// `native_sidecars` says the server runs init containers with
 /// `restartPolicy: Always` as sidecars (v1.29 and later), which is how the
-/// run's services are then given.
+/// run's services are then given. `step_user`, where the steps' user is
+/// kept apart, makes the step container root's with only the capabilities
+/// of the drop to that user ([`crate::executor`]'s isolation).
 pub fn objects(
     run: &RunSpec,
     options: &K8sOptions,
@@ -45,13 +48,17 @@ pub fn objects(
     now: u64,
     plan_digest: &str,
     native_sidecars: bool,
+    step_user: Option<&str>,
 ) -> Result<RunObjects, String> {
     let image = run.image_for("k8s").map_err(|e| e.to_string())?.to_string();
     let name = environment_name(run, suffix);
     let marks = Marks::of(run, now, options.grace, plan_digest);
     let deadline = run.lifetime().saturating_add(options.grace).as_secs();
     let labels: BTreeMap<_, _> = marks.labels.into_iter().collect();
-    let annotations: BTreeMap<_, _> = marks.notes.into_iter().collect();
+    let mut annotations: BTreeMap<_, _> = marks.notes.into_iter().collect();
+    if let Some(user) = step_user {
+        annotations.insert(STEP_USER_KEY.to_string(), user.to_string());
+    }
 
     let mut data = BTreeMap::new();
     for (key, value) in &run.env {
@@ -100,7 +107,7 @@ pub fn objects(
                 {"name": "STEPS_DIR", "value": "/steps"},
                 {"name": "OUTPUTS_DIR", "value": "/outputs"},
             ],
-            "securityContext": security_context(options),
+            "securityContext": step_security_context(options, step_user.is_some()),
             "resources": resources,
             "volumeMounts": [
                 {"name": "work", "mountPath": "/work"},
@@ -242,6 +249,23 @@ fn security_context(options: &K8sOptions) -> serde_json::Value {
     context
 }
 
+/// The step container's security context: [`security_context`], or where
+/// the steps' user is kept apart, root with every capability dropped but
+/// those the drop to the steps' uid and their supervision need.
+fn step_security_context(options: &K8sOptions, apart: bool) -> serde_json::Value {
+    let mut context = security_context(options);
+    if apart {
+        context["runAsUser"] = json!(0);
+        context["runAsGroup"] = json!(0);
+        let mut added: Vec<String> = ROOT_SIDE_CAPABILITIES.map(String::from).to_vec();
+        added.extend(options.cap_add.iter().cloned());
+        added.sort();
+        added.dedup();
+        context["capabilities"]["add"] = json!(added);
+    }
+    context
+}
+
 /// The selector of every object of `runner`.
 pub fn runner_selector(runner: &str) -> String {
     format!("{RUNNER_LABEL}={}", label_value(runner))
@@ -267,7 +291,7 @@ mod tests {
     fn the_job_outlives_the_outputs_phase() {
         let run = spec();
         let options = K8sOptions::default();
-        let objects = objects(&run, &options, "abc", 1000, "00", false).unwrap();
+        let objects = objects(&run, &options, "abc", 1000, "00", false, None).unwrap();
         let job = serde_json::to_value(&objects.job).unwrap();
         let lives = 600 + run.outputs_timeout.as_secs();
         let deadline = job["spec"]["activeDeadlineSeconds"].as_u64().unwrap();
@@ -286,7 +310,7 @@ mod tests {
     #[test]
     fn the_step_container_drops_every_capability_unless_asked() {
         let container = |options: &K8sOptions| {
-            let job = objects(&spec(), options, "abc", 1000, "00", false)
+            let job = objects(&spec(), options, "abc", 1000, "00", false, None)
                 .unwrap()
                 .job;
             serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"]["containers"][0]
@@ -314,7 +338,16 @@ mod tests {
 
     #[test]
     fn secret_values_go_in_the_secret_only() {
-        let objects = objects(&spec(), &K8sOptions::default(), "abc", 1000, "00", false).unwrap();
+        let objects = objects(
+            &spec(),
+            &K8sOptions::default(),
+            "abc",
+            1000,
+            "00",
+            false,
+            None,
+        )
+        .unwrap();
         let job = serde_json::to_string(&objects.job).unwrap();
         assert!(!job.contains("s3cr3t-value"), "{job}");
         let secret = objects.secret.unwrap();
@@ -334,9 +367,17 @@ mod tests {
                 .command("exec postgres"),
         );
         let pod = |native| {
-            let job = objects(&run, &K8sOptions::default(), "abc", 1000, "00", native)
-                .unwrap()
-                .job;
+            let job = objects(
+                &run,
+                &K8sOptions::default(),
+                "abc",
+                1000,
+                "00",
+                native,
+                None,
+            )
+            .unwrap()
+            .job;
             serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"].clone()
         };
         let native = pod(true);

@@ -115,6 +115,28 @@ pub struct K8sOptions {
     /// annotations, sidecars. Its PersistentVolumeClaims must exist in the
     /// namespace before a run starts.
     pub pod_template: Option<PodTemplate>,
+    /// Whether the steps' user (`run_as_user`) is kept apart from the
+    /// runner's side ([`StepIsolation`]).
+    pub step_isolation: StepIsolation,
+}
+
+/// Whether a run's steps run under a uid the runner's side (the channel's
+/// agent, each step's supervisor, the state folder) does not have, so no
+/// process a step leaves behind can start, end or settle a later step.
+///
+/// ```
+/// assert_eq!(executor_k8s::StepIsolation::default(), executor_k8s::StepIsolation::Auto);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StepIsolation {
+    /// Apart wherever there is a step user other than root
+    /// (`run_as_user`) and nothing rules out the root side.
+    #[default]
+    Auto,
+    /// Apart, or the run is refused before anything is made.
+    Required,
+    /// Every process of the pod runs as the steps' user: one trust domain.
+    Off,
 }
 
 impl Default for K8sOptions {
@@ -142,6 +164,7 @@ impl Default for K8sOptions {
             reconnect_timeout: Duration::from_secs(300),
             compression: Compression::Auto,
             pod_template: None,
+            step_isolation: StepIsolation::Auto,
         }
     }
 }

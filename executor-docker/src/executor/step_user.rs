@@ -1,57 +1,14 @@
-//! The steps' user kept apart from the runner's side: with
+//! The steps' user kept apart from the runner's side on Docker
+//! ([`executor_container::container::step_user`]): with
 //! `DockerOptions::user`, the step channel runs as root and its agent
-//! starts each step as that user, so no process a step leaves behind
-//! shares a uid with the agent, its supervisors or copiers (no signal,
-//! `prlimit`, scheduler change, `/proc` descriptor or file of theirs is
-//! in its reach), and the state folder is root's.
-//!
-//! The user is resolved in the container, as the engine resolves
-//! `--user` (a name or a number, with an optional group; a number the
-//! image's `/etc/passwd` lacks has group 0), by one root exec that also
-//! gives the run's folders to that user and names the architecture.
-//! Where the agent cannot run (an image of another architecture, a build
-//! without it), the steps' user is every process's, as before.
+//! starts each step as that user. Where the agent cannot run (an image of
+//! another architecture, a build without it), the steps' user is every
+//! process's, as before.
 
 use super::*;
 
-/// Resolves `user` in the container and prints `UID:GID:GROUPS` and the
-/// architecture, after giving the run's folders to it: `$1` is the user.
-const RESOLVE: &str = r#"set -e
-spec=$1; user=${spec%%:*}; group=; case "$spec" in *:*) group=${spec#*:};; esac
-if uid=$(id -u -- "$user" 2>/dev/null); then known=1; else
-  case "$user" in ''|*[!0-9]*) echo "the image has no user $user" >&2; exit 3;; esac
-  uid=$user; known=
-fi
-if [ -n "$group" ]; then
-  case "$group" in
-    *[!0-9]*) gid=$(awk -F: -v g="$group" '$1 == g { print $3; exit }' /etc/group);;
-    *) gid=$group;;
-  esac
-  [ -n "$gid" ] || { echo "the image has no group $group" >&2; exit 3; }
-  groups=$gid
-elif [ -n "$known" ]; then
-  gid=$(id -g -- "$user"); groups=$(id -G -- "$user" | tr ' ' ,)
-else
-  gid=0; groups=0
-fi
-[ "$4" != give ] || chown -R "$uid:$gid" /work /steps /outputs
-echo "$uid:$gid:$groups"
-uname -m
-# Where the agent runs, it alone starts steps, as root: the state folder
-# becomes root's, listed and changed by no step.
-if [ "$uid" != 0 ] && [ "$(uname -m)" = x86_64 ] && [ -s "$2/$3" ]; then
-  chmod 0711 "$2"; echo apart
-fi"#;
-
-/// What resolving the steps' user found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct StepUser {
-    /// The user the agent starts each step as (`UID:GID:GROUPS`), where
-    /// the runner's side runs apart from the steps.
-    pub(super) apart: Option<String>,
-    /// The container's architecture.
-    pub(super) architecture: Option<String>,
-}
+pub(super) use executor_container::container::step_user::StepUser;
+use executor_container::container::step_user::RESOLVE;
 
 impl DockerExecutor {
     /// Gives the run's folders to `DockerOptions::user` in container `id`
@@ -87,14 +44,7 @@ impl DockerExecutor {
                 "giving /work to DockerOptions::user",
             )
             .await?;
-        let mut lines = said.lines().map(str::trim);
-        let ident = lines.next().unwrap_or_default();
-        let architecture = lines.next().filter(|a| !a.is_empty()).map(String::from);
-        let apart = lines.next() == Some("apart");
-        Ok(StepUser {
-            apart: apart.then(|| ident.to_string()),
-            architecture,
-        })
+        Ok(StepUser::parse(&said))
     }
 
     /// The user the runner's execs for run `id`'s steps (its channel, a

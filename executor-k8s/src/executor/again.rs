@@ -118,7 +118,7 @@ impl K8sExecutor {
         self.live().insert(
             job_name.clone(),
             LiveRun {
-                pod,
+                pod: pod.clone(),
                 pod_selector,
                 // Deleting a Secret that is not there is fine.
                 has_secret: true,
@@ -126,8 +126,30 @@ impl K8sExecutor {
                 scripts: ScriptFiles::default(),
                 services,
                 log: None,
+                step_user: Default::default(),
             },
         );
+        // The steps' user the first runner kept apart: the pod is root's,
+        // so no step may start but through the agent's drop to it.
+        let step_user = job
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::STEP_USER_KEY))
+            .cloned();
+        if let Some(user) = step_user {
+            match self.resolve_step_user(&pod, &user, false).await {
+                Ok(resolved) => {
+                    if let Some(live) = self.live().get_mut(&job_name) {
+                        live.step_user = resolved;
+                    }
+                }
+                Err(err) => {
+                    self.live().remove(&job_name);
+                    return Err(err);
+                }
+            }
+        }
         let plan = match read_plan(self, &handle, STATE_DIR, &digest).await {
             Ok(plan) => plan,
             Err(err) => {

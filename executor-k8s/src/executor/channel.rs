@@ -16,12 +16,14 @@ use crate::job::CONTAINER;
 const BUFFER: usize = 256 * 1024;
 
 impl K8sExecutor {
-    /// `pod`'s step channel, made on first use.
-    pub(super) fn step_channel(&self, pod: &str) -> Arc<StepChannel> {
+    /// `pod`'s step channel, made on first use: as the pod's user, or as
+    /// root starting each step as `step_user` (`UID:GID:GROUPS`).
+    pub(super) fn step_channel(&self, pod: &str, step_user: Option<&str>) -> Arc<StepChannel> {
         self.channels.of(pod, || {
             Arc::new(PodChannel {
                 cluster: Arc::clone(&self.cluster),
                 pod: pod.to_string(),
+                step_user: step_user.map(str::to_string),
             })
         })
     }
@@ -31,10 +33,15 @@ impl K8sExecutor {
 struct PodChannel {
     cluster: Arc<dyn Cluster>,
     pod: String,
+    step_user: Option<String>,
 }
 
 #[async_trait]
 impl ChannelExec for PodChannel {
+    fn step_user(&self) -> Option<String> {
+        self.step_user.clone()
+    }
+
     async fn open(&self, argv: &[String]) -> Result<ChannelIo, ExecutorError> {
         let session = self.cluster.exec(&self.pod, CONTAINER, argv, true).await?;
         let (stdin, mut stdin_end) = tokio::io::duplex(BUFFER);

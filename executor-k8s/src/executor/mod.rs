@@ -27,6 +27,9 @@ use executor_core::script::ScriptFiles;
 
 mod again;
 mod channel;
+mod isolation;
+
+pub(crate) use isolation::{ROOT_SIDE_CAPABILITIES, STEP_USER_KEY};
 mod pod_exec;
 mod services;
 mod start;
@@ -81,6 +84,9 @@ struct LiveRun {
     services: Vec<String>,
     /// Where the services' output goes when the run stops.
     log: Option<RunLog>,
+    /// What resolving the steps' user found: the user the agent starts
+    /// each step as, where the runner's side runs apart from the steps.
+    step_user: executor_container::container::step_user::StepUser,
 }
 
 /// How long the pod's status may lag a container that stopped under a
@@ -251,6 +257,19 @@ impl Executor for K8sExecutor {
         run.image_for("k8s").map(|_| ())
     }
 
+    async fn environment(&self, run: &RunHandle) -> Option<executor_core::EnvironmentFacts> {
+        let live = self.live().get(&run.id).cloned()?;
+        Some(executor_core::EnvironmentFacts {
+            architecture: live.step_user.architecture.clone(),
+            agent: self.channels.agent_ran(&live.pod),
+            step_isolation: if live.step_user.apart.is_some() {
+                executor_core::StepIsolation::Uid
+            } else {
+                executor_core::StepIsolation::None
+            },
+        })
+    }
+
     async fn start(
         &self,
         run: &RunSpec,
@@ -295,9 +314,20 @@ impl Executor for K8sExecutor {
             }) => {
                 let argv = executor_container::container::gated_start_argv(step, start)?;
                 // The variables and the folder are the prelude's.
-                self.step_channel(&live.pod)
+                let prepared = self
+                    .step_channel(&live.pod, live.step_user.apart.as_deref())
                     .start(argv.clone(), None, Signing::of(log, &step.id))
-                    .map(|gate| executor_container::container::Prepared { gate, argv })
+                    .map(|gate| executor_container::container::Prepared { gate, argv });
+                // Only the channel's agent starts a step as its user: an
+                // exec of its own would run its shell as the pod's root.
+                if prepared.is_none() && live.step_user.apart.is_some() {
+                    return Err(ExecutorError::InvalidInput(format!(
+                        "step {}: it cannot be started through the step channel, the only start \
+                         that runs it as K8sOptions::run_as_user",
+                        step.name
+                    )));
+                }
+                prepared
             }
             Some(_) => None,
         };

@@ -38,6 +38,15 @@ impl K8sExecutor {
                  API server",
             );
         }
+        let step_user = super::isolation::planned_step_user(&self.options)?;
+        if step_user.is_none() {
+            if let Some(uid) = self.options.run_as_user {
+                log.line(&format!(
+                    "the steps' user {uid} is also the runner's side's in the pod: one trust \
+                     domain, where a process a step leaves behind can reach later steps"
+                ));
+            }
+        }
         // The plan a resume reads back; its digest where no step can change it.
         let plan = RunPlan::of(run).to_json();
         let objects = objects(
@@ -48,6 +57,7 @@ impl K8sExecutor {
             &RunPlan::digest(&plan),
             // Asked only when it matters.
             !run.services.is_empty() && self.cluster.native_sidecars(),
+            step_user.as_deref(),
         )
         .map_err(ExecutorError::InvalidInput)?;
         let name = objects.name.clone();
@@ -104,6 +114,7 @@ impl K8sExecutor {
                     scripts: ScriptFiles::planned(run, STATE_DIR),
                     services: run.services.iter().map(|s| s.name.clone()).collect(),
                     log: (!run.services.is_empty()).then(|| log.clone()),
+                    step_user: Default::default(),
                 },
             );
             let copy = async {
@@ -124,6 +135,12 @@ impl K8sExecutor {
                 let what = format!("copying the checkout {} into /work", run.checkout.display());
                 self.stream_packed(&pod, || pack_contents(folders.clone()), "/", &what)
                     .await?;
+                if let Some(user) = &step_user {
+                    let resolved = self.resolve_step_user(&pod, user, true).await?;
+                    if let Some(live) = self.live().get_mut(&name) {
+                        live.step_user = resolved;
+                    }
+                }
                 let v5 = self
                     .v5
                     .lock()

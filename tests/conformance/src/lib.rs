@@ -48,6 +48,7 @@ pub use cases::durable::*;
 pub use cases::failures::*;
 pub use cases::files::*;
 pub use cases::flow::*;
+pub use cases::isolation::*;
 pub use cases::lifecycle::*;
 pub use cases::load::*;
 pub use cases::logs::*;

@@ -157,6 +157,7 @@ fn live_from(cluster: MockCluster, spec: &RunSpec) -> K8sExecutor {
             scripts: Default::default(),
             services: Vec::new(),
             log: None,
+            step_user: Default::default(),
         },
     );
     executor

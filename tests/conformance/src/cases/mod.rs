@@ -3,6 +3,7 @@ pub mod durable;
 pub mod failures;
 pub mod files;
 pub mod flow;
+pub mod isolation;
 pub mod lifecycle;
 pub mod load;
 pub mod logs;

@@ -1,0 +1,112 @@
+//! The steps' user kept apart from the runner's side on Kubernetes
+//! ([`executor_container::container::step_user`]): with
+//! `K8sOptions::run_as_user`, the step container runs as root with only
+//! the capabilities the drop to the steps' uid and the supervision need,
+//! and the channel's agent starts each step as that user. The pod's user
+//! is fixed when it is made (an exec cannot pick one), so where the agent
+//! cannot run (a node of an architecture it is not built for) the run
+//! fails at start rather than run its steps as root.
+
+use executor_container::container::step_user::{StepUser, RESOLVE};
+use executor_core::ExecutorError;
+
+use super::K8sExecutor;
+use crate::job::STATE_DIR;
+use crate::{K8sOptions, StepIsolation};
+
+/// Annotation of the Job naming the steps' user, for a resumed runner.
+pub(crate) const STEP_USER_KEY: &str = "dev.knotless.step-user";
+
+/// The capabilities the root side keeps: becoming the steps' user
+/// (`SETUID`, `SETGID`), ending their processes (`KILL`), and giving them
+/// their folders and reading what they leave (`CHOWN`, `DAC_OVERRIDE`,
+/// `FOWNER`). A step loses every one as it drops to its uid.
+pub(crate) const ROOT_SIDE_CAPABILITIES: [&str; 6] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "KILL",
+    "SETGID",
+    "SETUID",
+];
+
+/// The steps' user (`UID[:GID]`) where the run is to keep it apart from
+/// the runner's side; `None` where every process runs as one user.
+///
+/// # Errors
+/// `K8sOptions::step_isolation` `Required` where the options rule it out
+/// (no step user, root, or `run_as_non_root`, which forbids the root side).
+pub(crate) fn planned_step_user(options: &K8sOptions) -> Result<Option<String>, ExecutorError> {
+    let refuse = |why: &str| {
+        Err(ExecutorError::InvalidInput(format!(
+            "K8sOptions::step_isolation is required, but {why}"
+        )))
+    };
+    let uid = match (options.step_isolation, options.run_as_user) {
+        (StepIsolation::Off, _) => return Ok(None),
+        (StepIsolation::Required, None | Some(0)) => {
+            return refuse("no K8sOptions::run_as_user other than root names the steps' user")
+        }
+        (_, None | Some(0)) => return Ok(None),
+        (StepIsolation::Required, Some(_)) if options.run_as_non_root => {
+            return refuse("K8sOptions::run_as_non_root forbids the root side it needs")
+        }
+        (_, Some(_)) if options.run_as_non_root => return Ok(None),
+        (_, Some(uid)) => uid,
+    };
+    Ok(Some(match options.run_as_group {
+        Some(gid) => format!("{uid}:{gid}"),
+        None => uid.to_string(),
+    }))
+}
+
+impl K8sExecutor {
+    /// Resolves `user` in `pod` as root, giving it the run's folders
+    /// (`give`), and returns it as the agent takes it (`UID:GID:GROUPS`).
+    ///
+    /// # Errors
+    /// A user or group the image lacks; an architecture the agent is not
+    /// built for (the pod is root's: no step may run without the drop);
+    /// the exec's failure.
+    pub(super) async fn resolve_step_user(
+        &self,
+        pod: &str,
+        user: &str,
+        give: bool,
+    ) -> Result<StepUser, ExecutorError> {
+        let argv = [
+            "sh",
+            "-c",
+            RESOLVE,
+            "resolve",
+            user,
+            STATE_DIR,
+            executor_container::detached::AGENT_FILE,
+            if give { "give" } else { "" },
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut said = Vec::new();
+        self.exec_checked(
+            pod,
+            argv,
+            None,
+            &mut said,
+            "giving /work to K8sOptions::run_as_user",
+        )
+        .await?;
+        let resolved = StepUser::parse(&String::from_utf8_lossy(&said));
+        if resolved.apart.is_none() {
+            return Err(ExecutorError::InvalidInput(format!(
+                "the steps' user {user} cannot be kept apart from the runner's side on this node \
+                 ({}: the step agent is not built for it); set K8sOptions::step_isolation to off \
+                 to run every process as that user",
+                resolved
+                    .architecture
+                    .as_deref()
+                    .unwrap_or("an unknown architecture")
+            )));
+        }
+        Ok(resolved)
+    }
+}
