@@ -39,6 +39,11 @@ pub(crate) const GET_POD_LOGS: Permission = p("get", "", "pods", "log");
 /// Reading the PersistentVolumeClaims a pod template names; not in
 /// [`RUN`]: only a run whose template mounts a claim asks.
 pub(crate) const GET_CLAIMS: Permission = p("get", "", "persistentvolumeclaims", "");
+/// Asking admission, by a dry-run create, whether the run's pod with a
+/// root side would be taken; not in [`RUN`]: only a run with a step user
+/// asks. It grants nothing a Job's create does not: the Job controller
+/// makes the same pod.
+pub(crate) const CREATE_PODS: Permission = p("create", "", "pods", "");
 /// Servers before 1.31 authorize a WebSocket exec as `get`, later ones
 /// as `create`: either serves.
 pub(crate) const EXEC: [Permission; 2] = [
@@ -75,6 +80,9 @@ pub enum Purpose {
     /// Runs whose pod template mounts PersistentVolumeClaims, besides
     /// [`Purpose::Run`]: [`CLAIMS`].
     Claims,
+    /// Runs whose steps' user is kept apart, besides [`Purpose::Run`]:
+    /// [`ISOLATION`].
+    Isolation,
 }
 
 impl Purpose {
@@ -85,6 +93,7 @@ impl Purpose {
             Purpose::Cleanup => CLEANUP,
             Purpose::Services => SERVICES,
             Purpose::Claims => CLAIMS,
+            Purpose::Isolation => ISOLATION,
         }
     }
 
@@ -95,6 +104,7 @@ impl Purpose {
             Purpose::Cleanup => "cleanup",
             Purpose::Services => "services",
             Purpose::Claims => "claims",
+            Purpose::Isolation => "isolation",
         }
     }
 }
@@ -126,6 +136,11 @@ pub const SERVICES: &[Permission] = &[GET_POD_LOGS];
 /// reading each claim, to refuse the run before its Job is made when one
 /// is missing (a real scheduler would leave the pod Pending).
 pub const CLAIMS: &[Permission] = &[GET_CLAIMS];
+
+/// What a run whose steps' user is kept apart uses besides [`RUN`]: a
+/// dry-run create of its pod, so admission's refusal of the root side is
+/// known before anything is made.
+pub const ISOLATION: &[Permission] = &[CREATE_PODS];
 
 /// Asks the server about every permission in `needed` and fails, naming
 /// each one missing and the namespace, when any is.

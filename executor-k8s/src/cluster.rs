@@ -116,6 +116,10 @@ pub trait Cluster: Send + Sync {
     ) -> Result<PodEvents, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/pods/{name}`; `None` when it is gone.
     async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ExecutorError>;
+    /// `POST /api/v1/namespaces/{ns}/pods?dryRun=All`: what admission
+    /// says of `pod`, with nothing made: `Ok(Err(message))` where it
+    /// refuses it (a Pod Security level, a policy engine, a quota).
+    async fn admits_pod(&self, pod: &Pod) -> Result<Result<(), String>, ExecutorError>;
     /// `GET /api/v1/namespaces/{ns}/persistentvolumeclaims/{name}`:
     /// whether the claim exists.
     async fn claim_exists(&self, name: &str) -> Result<bool, ExecutorError>;

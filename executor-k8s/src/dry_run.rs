@@ -150,6 +150,14 @@ impl Cluster for DryRunCluster {
         self.say(format!("GET /api/v1/namespaces/{}/pods/{name}", self.ns()));
         Ok(Some(ready_pod(name)))
     }
+    async fn admits_pod(&self, pod: &Pod) -> Result<Result<(), String>, ExecutorError> {
+        let _ = pod;
+        self.say(format!(
+            "POST /api/v1/namespaces/{}/pods?dryRun=All (would admission take the run's pod? nothing is made)",
+            self.ns()
+        ));
+        Ok(Ok(()))
+    }
     async fn claim_exists(&self, name: &str) -> Result<bool, ExecutorError> {
         self.say(format!(
             "GET /api/v1/namespaces/{}/persistentvolumeclaims/{name}",

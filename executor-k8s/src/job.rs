@@ -243,7 +243,9 @@ fn security_context(options: &K8sOptions) -> serde_json::Value {
     if let Some(gid) = options.run_as_group {
         context["runAsGroup"] = json!(gid);
     }
-    if options.run_as_non_root {
+    // A user other than root is one the kubelet can hold to it, and the
+    // `restricted` Pod Security level asks for the promise.
+    if options.run_as_non_root || options.run_as_user.is_some_and(|uid| uid != 0) {
         context["runAsNonRoot"] = json!(true);
     }
     context
@@ -257,6 +259,9 @@ fn step_security_context(options: &K8sOptions, apart: bool) -> serde_json::Value
     if apart {
         context["runAsUser"] = json!(0);
         context["runAsGroup"] = json!(0);
+        if let Some(fields) = context.as_object_mut() {
+            fields.remove("runAsNonRoot");
+        }
         let mut added: Vec<String> = ROOT_SIDE_CAPABILITIES.map(String::from).to_vec();
         added.extend(options.cap_add.iter().cloned());
         added.sort();

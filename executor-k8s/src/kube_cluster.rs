@@ -252,6 +252,30 @@ impl Cluster for KubeCluster {
             .await
     }
 
+    async fn admits_pod(&self, pod: &Pod) -> Result<Result<(), String>, ExecutorError> {
+        let api = self.api::<Pod>();
+        let post = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        self.judge()
+            .retry(
+                "asking admission about the run's pod",
+                &[access::CREATE_PODS],
+                || async {
+                    match api.create(&post, pod).await {
+                        Ok(_) => Ok(Ok(())),
+                        // Admission's refusal is its answer, not a failure.
+                        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
+                            Ok(Err(s.message))
+                        }
+                        Err(e) => Err(e),
+                    }
+                },
+            )
+            .await
+    }
+
     async fn claim_exists(&self, name: &str) -> Result<bool, ExecutorError> {
         let api = self.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>();
         self.judge()

@@ -109,3 +109,86 @@ async fn required_isolation_without_a_step_user_is_refused_before_anything_is_ma
     );
     assert_nothing_left(&backend, &fx.runner).await;
 }
+
+/// A namespace that enforces Pod Security `restricted` refuses the root
+/// side: asked by a dry-run before anything is made, `auto` runs every
+/// process as the steps' user and says so, `required` refuses the run in
+/// admission's words; `baseline` takes the root side.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_that_refuses_the_root_side_is_known_before_anything_is_made() {
+    let backend = K8s::start(ClusterOptions::default(), apart()).await;
+    backend
+        .cluster
+        .enforce_pod_security("default", "restricted");
+    let fx = Fixture::new("isolation-pss");
+    let spec = fx
+        .spec(&backend, "isolation-pss")
+        .step(Step::new("who", "id -u"));
+    let (result, log) = run_to_end(&backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(
+        text.contains("warning: namespace default refuses the pod's root side")
+            && text.contains("violates PodSecurity \"restricted:latest\"")
+            && text.contains("65534\n"),
+        "{text}"
+    );
+    let environment = result.attempts[0]
+        .environment
+        .clone()
+        .expect("the environment");
+    assert_eq!(environment.step_isolation, StepIsolation::None);
+    assert_nothing_left(&backend, &fx.runner).await;
+
+    let required = K8s::start(
+        ClusterOptions::default(),
+        K8sOptions {
+            step_isolation: Policy::Required,
+            ..apart()
+        },
+    )
+    .await;
+    required
+        .cluster
+        .enforce_pod_security("default", "restricted");
+    let spec = fx
+        .spec(&required, "isolation-pss-required")
+        .step(Step::new("never", "echo should-not-run"));
+    let (result, log) = run_to_end(&required, &spec).await;
+    let error = result.error.clone().unwrap_or_default();
+    assert_eq!(result.exit_code(), 2, "{}", log.text());
+    assert!(
+        error.contains("step_isolation is required")
+            && error.contains("runAsUser=0 (container \"run\" must not set runAsUser=0)"),
+        "{error}"
+    );
+    assert!(
+        required
+            .cluster
+            .requests()
+            .iter()
+            .all(|r| r.method != "POST"
+                || r.path.contains("selfsubjectaccessreviews")
+                || r.path.ends_with("/pods")),
+        "only a dry-run was sent"
+    );
+    assert_nothing_left(&required, &fx.runner).await;
+
+    let baseline = K8s::start(ClusterOptions::default(), apart()).await;
+    baseline.cluster.enforce_pod_security("default", "baseline");
+    let spec = fx
+        .spec(&baseline, "isolation-baseline")
+        .step(Step::new("who", "id -u"));
+    let (result, log) = run_to_end(&baseline, &spec).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    let environment = result.attempts[0]
+        .environment
+        .clone()
+        .expect("the environment");
+    assert_eq!(environment.step_isolation, StepIsolation::Uid);
+    assert_nothing_left(&baseline, &fx.runner).await;
+}

@@ -162,6 +162,7 @@ fn k8s_options(args: &K8sArgs, cap_add: &[String], untrusted: bool) -> anyhow::R
         image_pull_secret: args.image_pull_secret.clone(),
         cap_add: cap_add.to_vec(),
         run_as_user: args.run_as_user,
+        step_isolation: args.step_isolation,
         run_as_group: args.run_as_group,
         run_as_non_root: args.run_as_non_root,
         // Untrusted code gets a node to itself unless told otherwise.

@@ -123,6 +123,11 @@ fn k8s_flags(k8s: &K8sArgs) -> Vec<(&'static str, Option<&'static str>)> {
     set(k8s.run_as_non_root, "--run-as-non-root", None);
     set(k8s.isolate.is_some(), "--isolate", None);
     set(k8s.pod_template.is_some(), "--pod-template", None);
+    set(
+        k8s.step_isolation != executor_k8s::StepIsolation::Auto,
+        "--step-isolation",
+        None,
+    );
     // `--pod-timeout`'s default, 10m.
     set(
         k8s.pod_timeout != std::time::Duration::from_secs(600),

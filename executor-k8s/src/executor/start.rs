@@ -49,17 +49,29 @@ impl K8sExecutor {
         }
         // The plan a resume reads back; its digest where no step can change it.
         let plan = RunPlan::of(run).to_json();
-        let objects = objects(
-            run,
-            &self.options,
-            &name_suffix(),
-            executor_core::labels::unix_now(),
-            &RunPlan::digest(&plan),
-            // Asked only when it matters.
-            !run.services.is_empty() && self.cluster.native_sidecars(),
-            step_user.as_deref(),
-        )
-        .map_err(ExecutorError::InvalidInput)?;
+        let suffix = name_suffix();
+        let now = executor_core::labels::unix_now();
+        let made = |step_user: Option<&str>| {
+            objects(
+                run,
+                &self.options,
+                &suffix,
+                now,
+                &RunPlan::digest(&plan),
+                // Asked only when it matters.
+                !run.services.is_empty() && self.cluster.native_sidecars(),
+                step_user,
+            )
+            .map_err(ExecutorError::InvalidInput)
+        };
+        let mut objects = made(step_user.as_deref())?;
+        let admitted = self
+            .admitted_step_user(&objects, step_user.clone(), log)
+            .await?;
+        if admitted != step_user {
+            objects = made(admitted.as_deref())?;
+        }
+        let step_user = admitted;
         let name = objects.name.clone();
         if let Some(secret) = &objects.secret {
             self.cluster.create_secret(secret).await?;

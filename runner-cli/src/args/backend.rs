@@ -54,9 +54,17 @@ pub struct K8sArgs {
     /// Image pull secret of the run's pod.
     #[arg(long)]
     pub image_pull_secret: Option<String>,
-    /// Run the steps as this user id (runAsUser).
+    /// Run the steps as this user id. The pod's own side (the agent that
+    /// starts and supervises each step) then runs as root apart from them,
+    /// unless --step-isolation off.
     #[arg(long, value_name = "UID")]
     pub run_as_user: Option<i64>,
+    /// Whether the steps' user (--run-as-user) is kept apart from the pod's
+    /// root side: auto (where the namespace's admission takes the root
+    /// side, else one user for all, said in the log), required (else exit
+    /// 2), off (one user for every process).
+    #[arg(long, default_value = "auto", value_parser = parse_step_isolation)]
+    pub step_isolation: executor_k8s::StepIsolation,
     /// Run the steps with this group id (runAsGroup).
     #[arg(long, value_name = "GID")]
     pub run_as_group: Option<i64>,
@@ -87,6 +95,15 @@ pub struct K8sArgs {
     /// trip shows a link between machines, 2 ms or more), always, never.
     #[arg(long, default_value = "auto", value_parser = parse_compression)]
     pub compression: executor_core::tar::Compression,
+}
+
+pub(crate) fn parse_step_isolation(text: &str) -> Result<executor_k8s::StepIsolation, String> {
+    match text {
+        "auto" => Ok(executor_k8s::StepIsolation::Auto),
+        "required" => Ok(executor_k8s::StepIsolation::Required),
+        "off" => Ok(executor_k8s::StepIsolation::Off),
+        other => Err(format!("{other:?} is not auto, required or off")),
+    }
 }
 
 pub(crate) fn parse_compression(text: &str) -> Result<executor_core::tar::Compression, String> {

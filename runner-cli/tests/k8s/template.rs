@@ -396,3 +396,52 @@ async fn templates_that_take_what_the_runner_owns_are_refused_by_field_and_line(
     );
     assert!(stdout.contains("image: \"docker:dind\""), "{stdout}");
 }
+
+/// `--run-as-user` keeps the steps' user apart: `--dry-run` shows the
+/// root side's pod, the capabilities it keeps and the admission dry-run it
+/// asks first; `--step-isolation required` with no user to keep apart is
+/// exit 2 naming both flags.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dry_run_shows_the_root_side_and_the_admission_asked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("no-such-kubeconfig");
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "spec: {}\n").unwrap();
+    let dry = templated(&kubeconfig, dir.path(), "apart", &empty, "true")
+        .args(["--run-as-user", "1000", "--dry-run"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let admission = stdout.find("pods?dryRun=All").expect("the admission asked");
+    let job = stdout.find("POST /apis/batch/v1").expect("the Job made");
+    assert!(admission < job, "{stdout}");
+    for shown in [
+        "runAsUser: 0",
+        "- SETUID",
+        "- KILL",
+        "dev.knotless.step-user: \"1000\"",
+    ] {
+        assert!(stdout.contains(shown), "{shown}: {stdout}");
+    }
+    let refused = templated(&kubeconfig, dir.path(), "nothing-apart", &empty, "true")
+        .args(["--step-isolation", "required", "--dry-run"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--step-isolation is required") && stderr.contains("--run-as-user"),
+        "{stderr}"
+    );
+}

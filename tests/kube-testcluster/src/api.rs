@@ -124,9 +124,13 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     let Some(route) = parse_route(&path) else {
         if path.starts_with("/api/v1/namespaces/") && path.matches('/').count() == 4 {
             let ns = path.rsplit('/').next().unwrap_or("default");
+            let mut labels = json!({"kubernetes.io/metadata.name": ns});
+            if let Some(level) = shared.store.pod_security(ns) {
+                labels[crate::pod_security::ENFORCE_LABEL] = json!(level);
+            }
             return json_response(
                 200,
-                &json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}, "status": {"phase": "Active"}}),
+                &json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns, "labels": labels}, "status": {"phase": "Active"}}),
             );
         }
         return error_response(&ApiError::no_route(&path));
@@ -159,7 +163,8 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
-            create(&shared, &route, body)
+            let dry_run = query_get(&query, "dryRun").is_some_and(|d| d == "All");
+            create(&shared, &route, body, dry_run)
         }
         (&Method::PATCH, Some(name), None) => {
             let content_type = req
@@ -285,7 +290,14 @@ fn list(shared: &Shared, route: &Route, query: &str) -> Result<(u16, Value), Api
     ))
 }
 
-fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, Value), ApiError> {
+/// Creates the object in `body`; with `dry_run` (`?dryRun=All`) it is
+/// validated and admitted, answered as created, and not kept.
+fn create(
+    shared: &Arc<Shared>,
+    route: &Route,
+    mut body: Value,
+    dry_run: bool,
+) -> Result<(u16, Value), ApiError> {
     let ns = route.ns.clone().unwrap_or_else(|| "default".into());
     let exists = !route.kind.namespaced()
         || shared
@@ -339,6 +351,10 @@ fn create(shared: &Arc<Shared>, route: &Route, mut body: Value) -> Result<(u16, 
     }
     if route.kind == Kind::Pod {
         crate::admission::admit_pod(&shared.store, &ns, &mut body)?;
+    }
+    if dry_run {
+        body["metadata"]["namespace"] = json!(ns);
+        return Ok((201, body));
     }
     let created = shared.store.create(route.kind, &ns, body)?;
     if route.kind == Kind::Job {

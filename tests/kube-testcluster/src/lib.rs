@@ -25,6 +25,7 @@ pub mod faults;
 mod jobs;
 mod kind;
 mod kubelet;
+mod pod_security;
 mod protobuf;
 pub mod rbac;
 pub mod scheduler;
@@ -209,6 +210,14 @@ impl TestCluster {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.to_string());
+    }
+
+    /// Labels namespace `name` `pod-security.kubernetes.io/enforce=level`
+    /// (`baseline` or `restricted`), as an administrator would: from now on
+    /// the Pod Security admission judges every pod made in it.
+    pub fn enforce_pod_security(&self, name: &str, level: &str) {
+        self.create_namespace(name);
+        self.shared.store.enforce_pod_security(name, level);
     }
 
     /// A kubeconfig of the tenant whose context is in `namespace`, which

@@ -36,6 +36,8 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Arc<Change>>,
+    /// Per namespace, the Pod Security level its label enforces.
+    pod_security: Mutex<BTreeMap<String, String>>,
 }
 
 fn now() -> String {
@@ -63,11 +65,29 @@ impl Default for Store {
                 history: Vec::new(),
             }),
             changes: broadcast::channel(4096).0,
+            pod_security: Mutex::new(BTreeMap::new()),
         }
     }
 }
 
 impl Store {
+    /// Enforces Pod Security `level` on the pods of namespace `ns`.
+    pub fn enforce_pod_security(&self, ns: &str, level: &str) {
+        self.pod_security
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ns.to_string(), level.to_string());
+    }
+
+    /// The Pod Security level enforced in `ns`, if any.
+    pub fn pod_security(&self, ns: &str) -> Option<String> {
+        self.pod_security
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(ns)
+            .cloned()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
