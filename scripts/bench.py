@@ -660,6 +660,31 @@ spec:
             self.row(f"per-step overhead with usage measured, {n} × `true`", where, f"{mine * 1000:.2f} ms",
                      f"{base * 1000:.2f} ms ({base_is})", f"{(mine - base) * 1000:+.2f} ms", "≤ +1 ms", mine - base <= 0.001)
 
+    def step_isolation(self):
+        """What keeping the steps' user apart from the runner's side costs a
+        step: the per-step overhead with a step user whose steps the agent
+        starts as that uid (the channel as root), against the same user
+        with every process as it (Docker: `--user 0:0`, root, is one trust
+        domain; Kubernetes: `--step-isolation off`), in the same run."""
+        n = 10 if self.quick else 100
+        empty = self.checkout("empty")
+        one = self.steps("one", [("s0", "true")])
+        many = self.steps("many", [("s0", "true")] + [(f"s{i + 1}", "true") for i in range(n)])
+        cases = [("docker", "docker", ["--user", "65534:65534"], ["--user", "0:0"], "`--user 0:0`: no user apart"),
+                 *[(executor, where, ["--run-as-user", "65534", "--run-as-group", "65534"],
+                    ["--run-as-user", "65534", "--run-as-group", "65534", "--step-isolation", "off"],
+                    "`--step-isolation off`: the same user for every process") for executor, where in K8S_MODES]]
+        for executor, where, apart, together, base_is in cases:
+            m = self.interleaved(
+                one=lambda: self.runner(executor, one, empty, extra=apart)[0],
+                many=lambda: self.runner(executor, many, empty, extra=apart)[0],
+                one_base=lambda: self.runner(executor, one, empty, extra=together)[0],
+                many_base=lambda: self.runner(executor, many, empty, extra=together)[0])
+            mine, base = (m["many"] - m["one"]) / n, (m["many_base"] - m["one_base"]) / n
+            self.row(f"per-step overhead with the steps' user apart, {n} × `true`", where, f"{mine * 1000:.2f} ms",
+                     f"{base * 1000:.2f} ms ({base_is})", f"{(mine - base) * 1000:+.2f} ms", f"≤ +1 ms, ≤ {STEP_MOST * 1000:.0f} ms",
+                     mine - base <= 0.001 and mine <= STEP_MOST)
+
     def transfer(self):
         big = (1 << 20) if self.quick else (1 << 30)
         small = 200 if self.quick else 20000
@@ -1144,7 +1169,7 @@ spec:
             subprocess.run(["cargo", "build", "-p", "runner-cli", "--example", "many_runs"], cwd=ROOT, check=True)
         self.start_cluster()
         try:
-            parts = [self.per_step, self.usage_cost, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.service_start, self.concurrency, self.many_runs, self.cache, self.link_per_step, self.link_checkout, self.link_start]
+            parts = [self.per_step, self.usage_cost, self.step_isolation, self.transfer, self.logs, self.masking, self.events, self.memory_row, self.header_bomb, self.start_to_first_step, self.service_start, self.concurrency, self.many_runs, self.cache, self.link_per_step, self.link_checkout, self.link_start]
             if self.args.only:
                 parts = [p for p in parts if p.__name__ in self.args.only]
             for part in parts:

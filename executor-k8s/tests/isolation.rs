@@ -73,6 +73,7 @@ async fn with_isolation_off_the_result_says_one_trust_domain() {
         .clone()
         .expect("the environment");
     assert_eq!(environment.step_isolation, StepIsolation::None);
+    assert!(environment.agent, "{environment:?}: {text}");
     assert_nothing_left(&backend, &fx.runner).await;
 }
 
@@ -191,4 +192,17 @@ async fn a_namespace_that_refuses_the_root_side_is_known_before_anything_is_made
         .expect("the environment");
     assert_eq!(environment.step_isolation, StepIsolation::Uid);
     assert_nothing_left(&baseline, &fx.runner).await;
+}
+
+/// A runner killed mid-run is resumed with the steps' user still apart:
+/// the resumed runner reads the user off the Job and starts the later
+/// steps through the agent's drop.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runner_is_resumed_with_the_steps_user_apart() {
+    let backend = K8s::start(ClusterOptions::default(), apart()).await;
+    executor_conformance::a_killed_runner_is_resumed_with_the_right_result(&backend).await;
 }
