@@ -9,13 +9,28 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::json;
 
-use crate::executor::{ROOT_SIDE_CAPABILITIES, STEP_USER_KEY};
 use crate::K8sOptions;
 
 /// The container's name in the pod.
 pub const CONTAINER: &str = "run";
 /// The folder, an emptyDir, holding the runner's own files.
 pub use executor_container::container::STATE_DIR;
+
+/// Annotation of the Job naming the steps' user, for a resumed runner.
+pub(crate) const STEP_USER_KEY: &str = "dev.knotless.step-user";
+
+/// The capabilities the root side keeps: becoming the steps' user
+/// (`SETUID`, `SETGID`), ending their processes (`KILL`), and giving them
+/// their folders and reading what they leave (`CHOWN`, `DAC_OVERRIDE`,
+/// `FOWNER`). A step loses every one as it drops to its uid.
+pub(crate) const ROOT_SIDE_CAPABILITIES: [&str; 6] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "KILL",
+    "SETGID",
+    "SETUID",
+];
 
 /// Names and labels of one run's objects.
 #[derive(Debug, Clone)]

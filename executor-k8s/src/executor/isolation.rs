@@ -16,22 +16,6 @@ use crate::access;
 use crate::job::{RunObjects, STATE_DIR};
 use crate::{K8sOptions, StepIsolation};
 
-/// Annotation of the Job naming the steps' user, for a resumed runner.
-pub(crate) const STEP_USER_KEY: &str = "dev.knotless.step-user";
-
-/// The capabilities the root side keeps: becoming the steps' user
-/// (`SETUID`, `SETGID`), ending their processes (`KILL`), and giving them
-/// their folders and reading what they leave (`CHOWN`, `DAC_OVERRIDE`,
-/// `FOWNER`). A step loses every one as it drops to its uid.
-pub(crate) const ROOT_SIDE_CAPABILITIES: [&str; 6] = [
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "KILL",
-    "SETGID",
-    "SETUID",
-];
-
 /// The steps' user (`UID[:GID]`) where the run is to keep it apart from
 /// the runner's side; `None` where every process runs as one user.
 ///

@@ -29,7 +29,7 @@ mod again;
 mod channel;
 mod isolation;
 
-pub(crate) use isolation::{ROOT_SIDE_CAPABILITIES, STEP_USER_KEY};
+use crate::job::STEP_USER_KEY;
 mod pod_exec;
 mod services;
 mod start;

@@ -45,6 +45,31 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
     r
 }
 
+/// Where the requests served so far are counted, by verb and resource as
+/// the authorizer sees them (`kubectl get --raw /knotless/requests`), for
+/// a benchmark that measures what a run asks of the server.
+pub const REQUEST_COUNTS: &str = "/knotless/requests";
+
+/// Every request so far but those to [`REQUEST_COUNTS`], counted by
+/// `VERB RESOURCE` (`create pods/exec`, `watch pods`); a path that is no
+/// resource (discovery, version) as `get PATH`.
+pub fn request_counts(shared: &Shared) -> Value {
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    let recorded = shared
+        .requests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    for r in recorded.iter().filter(|r| r.path != REQUEST_COUNTS) {
+        let key = match crate::rbac::attributes(&r.method, &r.path, &r.query) {
+            Some(a) => format!("{} {}", a.verb, a.resource),
+            None => format!("{} {}", r.method.to_lowercase(), r.path),
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+    json!(counts)
+}
+
 /// A parsed resource path.
 #[derive(Debug)]
 struct Route {
@@ -115,6 +140,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
     if let Some(r) = discovery(&shared, &method, &path) {
         return r;
+    }
+    if method == Method::GET && path == REQUEST_COUNTS {
+        return json_response(200, &request_counts(&shared));
     }
     if method == Method::GET
         && (path == "/api/v1/nodes" || path == format!("/api/v1/nodes/{}", crate::NODE))

@@ -213,8 +213,7 @@ impl TestCluster {
     }
 
     /// Labels namespace `name` `pod-security.kubernetes.io/enforce=level`
-    /// (`baseline` or `restricted`), as an administrator would: from now on
-    /// the Pod Security admission judges every pod made in it.
+    /// (`baseline`, `restricted`): Pod Security judges its pods from now on.
     pub fn enforce_pod_security(&self, name: &str, level: &str) {
         self.create_namespace(name);
         self.shared.store.enforce_pod_security(name, level);
@@ -275,6 +274,11 @@ impl TestCluster {
     /// Faults to inject from now on.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    /// Every request so far by `VERB RESOURCE` (`kubectl get --raw /knotless/requests`).
+    pub fn request_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        serde_json::from_value(api::request_counts(&self.shared)).unwrap_or_default()
     }
 
     /// Every request so far.
