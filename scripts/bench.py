@@ -1032,8 +1032,35 @@ spec:
         script = f"head -c {size} /dev/zero | tr '\\\\0' a; echo"
         steps = self.steps("many", [(f"print-{i}", script) for i in range(steps_n)])
         empty = self.checkout("empty")
+        def served():
+            # The test cluster counts what it served by verb and resource.
+            return json.loads(self.sh(["kubectl", "get", "--raw", "/knotless/requests"]))
+
+        def made(before, after, runs):
+            return {k: (after[k] - before.get(k, 0)) / runs for k in after if after[k] > before.get(k, 0)}
+
         for backend, where in [("docker", "docker"), ("k8s", "k8s (test cluster)")]:
             try:
+                if backend == "k8s":
+                    # Permissions are checked once per process: the run alone
+                    # and the batch each check them once.
+                    before = served()
+                    embedded(backend, 1, 2)
+                    one = made(before, served(), 1)
+                    before = served()
+                    embedded(backend, n, 2)
+                    each = made(before, served(), n)
+                    events = each.pop("list events", 0), one.pop("list events", 0)
+                    reviews = one.pop("create selfsubjectaccessreviews", 0)
+                    each.pop("create selfsubjectaccessreviews", None)
+                    same = all(abs(each.get(k, 0) - one.get(k, 0)) < 0.01 for k in set(each) | set(one))
+                    shown = ", ".join(f"{k} {v:g}" for k, v in sorted(each.items()))
+                    self.row(f"API requests per run, {n} runs of {steps_n} steps at once from one process", where,
+                             f"{sum(each.values()) + events[0]:g} a run: {shown}, list events {events[0]:g}",
+                             f"one run alone: {sum(one.values()) + events[1]:g}; and {reviews:g} permission reviews once per process",
+                             "the same per run" if same else "differs",
+                             "a fixed number per run, none per step beyond the channel; no poll that grows with the runs",
+                             same and events[0] <= 4)
                 _, alone = embedded(backend, 1, 2)
                 single_p99 = float(alone["step_p99"].rstrip("ms"))
                 results, processes = self.runners_at_once(n, backend, steps, empty, "many")
