@@ -136,8 +136,10 @@ where
 }
 
 /// The pauses between tries of a call the engine did not answer: 100 ms,
-/// doubling up to 5 s, while a deadline allows. For a caller that cannot
-/// hand [`ride_out`] a closure (one that lends its call a writer).
+/// doubling up to 5 s, while a deadline allows, each cut by a random part
+/// of up to half (so many runs that met one outage do not all call again
+/// at the same instant when it ends). For a caller that cannot hand
+/// [`ride_out`] a closure (one that lends its call a writer).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -170,8 +172,39 @@ impl Backoff {
             return false;
         }
         // Backoff between tries of a call the engine did not answer.
-        tokio::time::sleep(self.pause).await;
+        tokio::time::sleep(jittered(self.pause)).await;
         self.pause = self.pause.saturating_mul(2).min(MAX_PAUSE);
         true
+    }
+}
+
+/// `pause` less a random part of up to half of it: the tries of many
+/// callers spread over the second half of each pause.
+fn jittered(pause: Duration) -> Duration {
+    let mut bytes = [0u8; 8];
+    // Without randomness the pause stands whole: spread, not safety.
+    if getrandom::getrandom(&mut bytes).is_err() {
+        return pause;
+    }
+    let half = pause / 2;
+    let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX).max(1);
+    pause.saturating_sub(Duration::from_nanos(u64::from_le_bytes(bytes) % nanos))
+}
+
+#[cfg(test)]
+mod jitter_tests {
+    use std::time::Duration;
+
+    #[test]
+    fn pauses_spread_over_their_second_half() {
+        let pause = Duration::from_millis(400);
+        let taken: std::collections::BTreeSet<Duration> =
+            (0..64).map(|_| super::jittered(pause)).collect();
+        assert!(
+            taken.iter().all(|p| *p > pause / 2 && *p <= pause),
+            "{taken:?}"
+        );
+        // 64 draws of a nanosecond-grained part: all alike would be no spread.
+        assert!(taken.len() > 32, "{taken:?}");
     }
 }

@@ -240,7 +240,7 @@ impl Executor for ShellExecutor {
         // Liveness is exact here (the run's lock), so both scopes remove the
         // same thing: every folder whose run is gone.
         Ok(CleanupReport {
-            removed: self.host.remove_dead(&self.base, runner)?,
+            removed: self.host.remove_dead(&self.base, runner).await?,
         })
     }
 }

@@ -70,7 +70,7 @@ pub(crate) trait Host: Send + Sync {
 
     /// Removes every run folder of `runner` under `base` whose run is
     /// gone, with the processes it left; names what was removed.
-    fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError>;
+    async fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError>;
 }
 
 /// This machine.
@@ -130,7 +130,12 @@ impl Host for LocalHost {
         root::remove(&root.path)
     }
 
-    fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
-        root::remove_dead(base, runner)
+    async fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
+        // Finding a crashed run's processes reads /proc, and may look
+        // again for a while: off the runtime's threads.
+        let (base, runner) = (base.to_path_buf(), runner.to_string());
+        tokio::task::spawn_blocking(move || root::remove_dead(&base, &runner))
+            .await
+            .map_err(|e| ExecutorError::backend("removing crashed runs", e.to_string()))?
     }
 }

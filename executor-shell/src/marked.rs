@@ -27,9 +27,12 @@ pub(crate) const MARK_FILE: &str = "mark";
 /// keeps forking (each round kills everything it found).
 const ROUNDS: usize = 50;
 
-/// How many rounds a scan that found nothing but processes showing no
-/// environment looks again.
-const UNSURE_LOOKS: usize = 5;
+/// How long a scan that found nothing but processes showing no
+/// environment keeps looking again: one changing program (an `execve`
+/// in progress) shows its new environment within it even on a machine
+/// under load, where a handful of immediate looks saw the change still
+/// going on (a `setsid sleep` missed under a full suite on 2 cores).
+const UNSURE_FOR: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A fresh mark for a run.
 pub(crate) fn new_mark() -> String {
@@ -52,18 +55,23 @@ pub(crate) fn kill_marked(mark: &str) -> usize {
     let needle = format!("{MARK_VAR}={mark}");
     let mut killed = 0;
     // A process that cleared its own environment shows none for good:
-    // a few looks, not all the rounds.
-    let mut unsure_looks = 0;
-    for _ in 0..ROUNDS {
+    // looks for a while, pausing longer each time, not for ever.
+    let mut unsure_since: Option<std::time::Instant> = None;
+    let mut pause = std::time::Duration::from_millis(1);
+    let mut rounds = 0;
+    while rounds < ROUNDS {
         let (found, unsure) = scan(&needle);
         if found.is_empty() {
-            if unsure == 0 || unsure_looks >= UNSURE_LOOKS {
+            let since = *unsure_since.get_or_insert_with(std::time::Instant::now);
+            if unsure == 0 || since.elapsed() >= UNSURE_FOR {
                 return killed;
             }
-            unsure_looks += 1;
-            std::thread::yield_now();
+            // Polling /proc: an exec in progress has no event to wait on.
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
             continue;
         }
+        rounds += 1;
         for pid in found {
             if kill_if_marked(pid, &needle) {
                 killed += 1;

@@ -120,7 +120,7 @@ impl Host for Plan {
         Ok(())
     }
 
-    fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
+    async fn remove_dead(&self, base: &Path, runner: &str) -> Result<Vec<String>, ExecutorError> {
         self.say(format!(
             "rm -rf every unlocked run folder under {}",
             base.join(label_value(runner)).display()

@@ -151,6 +151,63 @@ async fn cleanup_ends_the_processes_of_a_crashed_run() {
     bystander.wait().unwrap();
 }
 
+/// A process of the crashed run caught between two programs shows no
+/// environment for a while (an `execve` on a loaded machine takes time);
+/// cleanup looks again until it shows its mark, and ends it. Modelled by
+/// a process with no environment at all that, a tenth of a second on,
+/// becomes a marked one: a handful of immediate looks missed it (as a
+/// loaded suite once missed a `setsid sleep`).
+#[tokio::test]
+async fn cleanup_waits_out_a_process_between_two_programs() {
+    let base = tempdir();
+    let executor = ShellExecutor::new(base.path());
+    let crashed = base
+        .path()
+        .join("did-plc-crash3-".to_string() + &hash_of("did:plc:crash3"))
+        .join("crashed-def");
+    std::fs::create_dir_all(&crashed).unwrap();
+    std::fs::write(crashed.join(".lock"), "").unwrap();
+    let mark = "00112233445566778899aabbccddeeff";
+    std::fs::write(crashed.join("mark"), mark).unwrap();
+    let mut changing = std::process::Command::new("env")
+        .args(["-i", "/bin/sh", "-c"])
+        .arg(format!(
+            "sleep 0.1; exec /usr/bin/env KNOTLESS_RUN_MARK={mark} sleep 600"
+        ))
+        .spawn()
+        .unwrap();
+    // It shows no environment before cleanup looks.
+    let pid = changing.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read(format!("/proc/{pid}/environ")).map_or(true, |e| !e.is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "env -i never took effect"
+        );
+        tokio::task::yield_now().await;
+    }
+    executor
+        .cleanup("did:plc:crash3", CleanupScope::Expired)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = changing.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = changing.kill();
+            panic!("cleanup left the process that became the run's");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{status:?}"
+    );
+}
+
 /// Runs one step on `base` and returns the run's error.
 async fn error_on_base(base: &std::path::Path) -> String {
     let (checkout, outputs) = (tempdir(), tempdir());
