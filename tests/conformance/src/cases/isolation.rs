@@ -61,7 +61,15 @@ pub async fn a_leftover_of_the_step_user_cannot_touch_the_runners_side(backend: 
     assert_eq!(result.status, RunStatus::Failed, "{text}");
     assert_eq!(result.steps[1].status, StepStatus::Success, "{text}");
     assert_eq!(result.steps[2].status, StepStatus::Failed, "{text}");
-    assert_eq!(result.steps[2].exit_code, Some(7), "{text}");
+    // Its own code, or the leftover's kill: between the agent's fork and
+    // the step's exec, the step's process is an agent's copy already of
+    // the step's uid (the steps' own trust domain, docs/security.md), and
+    // the leftover kills what it finds by that name. Never a forged end.
+    assert!(
+        matches!(result.steps[2].exit_code, Some(7 | 137)),
+        "{:?}: {text}",
+        result.steps[2].exit_code
+    );
     assert!(text.contains("65534\nstate 0 711\n"), "{text}");
     assert!(
         !text.contains("listed") && !text.contains("wrote-state"),
