@@ -126,6 +126,43 @@ if ! image_present; then
   image_present || die "the image $IMAGE is not on the engine after import"
 fi
 
+# An arm64 image of the same busybox, run under qemu (issue 56), where
+# this machine runs aarch64 programs.
+"$(dirname "$0")/prepare-toolchain.sh"
+IMAGE_ARM64="${KNOTLESS_TEST_IMAGE_ARM64:-knotless-busybox-arm64:local}"
+arm64_present() {
+  curl -fsS --max-time 10 --unix-socket "$SOCK" "http://d/images/$IMAGE_ARM64/json" >/dev/null 2>&1
+}
+if ! arm64_present && [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  ARMROOT="$(mktemp -d "$STATE/rootfs-arm64.XXXXXX")"
+  DEB="$(mktemp -d "$STATE/deb-arm64.XXXXXX")"
+  if (cd "$DEB" && apt-get download busybox-static:arm64 >/dev/null 2>&1); then
+    dpkg-deb -x "$DEB"/busybox-static_*_arm64.deb "$DEB/x"
+    mkdir -p "$ARMROOT/bin" "$ARMROOT/etc" "$ARMROOT/tmp" "$ARMROOT/root"
+    chmod 1777 "$ARMROOT/tmp"
+    cp "$DEB/x/bin/busybox" "$ARMROOT/bin/busybox"
+    # The applets are the x86_64 build's list: the same Debian version.
+    for applet in $(/bin/busybox --list); do
+      [ "$applet" = busybox ] || ln -sf busybox "$ARMROOT/bin/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$ARMROOT/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' >"$ARMROOT/etc/group"
+    say "importing $IMAGE_ARM64 from busybox-static:arm64"
+    tar -C "$ARMROOT" -cf - . | curl -fsS --unix-socket "$SOCK" -X POST \
+      -H 'Content-Type: application/x-tar' --data-binary @- \
+      "http://d/images/create?fromSrc=-&repo=${IMAGE_ARM64%:*}&tag=${IMAGE_ARM64##*:}&changes=ENV%20PATH%3D%2Fbin&platform=linux/arm64" >/dev/null \
+      || say "could not import $IMAGE_ARM64"
+  else
+    say "could not download busybox-static:arm64: the arm64 tests are left out"
+  fi
+  rm -rf "$ARMROOT" "$DEB"
+fi
+
 echo "export DOCKER_HOST=$HOST"
 echo "export KNOTLESS_TEST_IMAGE=$IMAGE"
 echo "export KNOTLESS_TEST_ENGINE=$ENGINE"
+if arm64_present; then
+  echo "export KNOTLESS_TEST_IMAGE_ARM64=$IMAGE_ARM64"
+else
+  echo "export KNOTLESS_TEST_IMAGE_ARM64="
+fi

@@ -1,13 +1,10 @@
 //! The stream copier of a step: `knotless-tee`'s work, and the agent's
 //! copier process's (see `tee.rs` for what it does and why).
-use crate::sys::{close, exit, read_some, syscall4, write_all, EINTR, POLL, POLLIN, READ};
+use crate::sys::{
+    close, exit, read_some, syscall4, write_all, EINTR, FCNTL, IOCTL, POLLIN, READ, RT_SIGACTION,
+    RT_SIGPROCMASK, SIGNALFD4,
+};
 
-const OPEN: usize = 2;
-const RT_SIGACTION: usize = 13;
-const RT_SIGPROCMASK: usize = 14;
-const IOCTL: usize = 16;
-const UNLINK: usize = 87;
-const SIGNALFD4: usize = 289;
 const SIGPIPE: usize = 13;
 const SIGWINCH: usize = 28;
 const SIG_IGN: usize = 1;
@@ -15,7 +12,6 @@ const SIG_BLOCK: usize = 0;
 const SFD_CLOEXEC: usize = 0o2000000;
 const O_WRONLY_CREAT_TRUNC_CLOEXEC: usize = 0o1 | 0o100 | 0o1000 | 0o2000000;
 const FIONREAD: usize = 0x541B;
-const FCNTL: usize = 72;
 const F_SETPIPE_SZ: usize = 1031;
 /// `si_code` of a signal sent by `kill`: its sender's pid is the kernel's.
 const SI_USER: i32 = 0;
@@ -85,7 +81,7 @@ impl Stream {
         let mut path = [0u8; PREFIX_MOST + 32];
         let fd = match piece_path(&mut path, prefix, self.suffix, self.index) {
             Some(at) => unsafe {
-                syscall4(OPEN, at as usize, O_WRONLY_CREAT_TRUNC_CLOEXEC, 0o666, 0)
+                crate::sys::open(at, O_WRONLY_CREAT_TRUNC_CLOEXEC, 0o666)
             },
             None => -1,
         };
@@ -98,7 +94,7 @@ impl Stream {
         let mut path = [0u8; PREFIX_MOST + 32];
         if let Some(at) = piece_path(&mut path, prefix, self.suffix, index) {
             unsafe {
-                syscall4(UNLINK, at as usize, 0, 0, 0);
+                crate::sys::unlink(at);
             }
         }
     }
@@ -222,7 +218,7 @@ fn wait(out: Option<usize>, err: Option<usize>, sfd: Option<usize>, timeout: isi
     let events = u32::from(POLLIN);
     let mut fds: [u32; 6] = [fd(out), events, fd(err), events, fd(sfd), events];
     loop {
-        let n = unsafe { syscall4(POLL, fds.as_mut_ptr() as usize, 3, timeout as usize, 0) };
+        let n = unsafe { crate::sys::poll(fds.as_mut_ptr(), 3, timeout as usize) };
         if n == EINTR {
             continue;
         }
@@ -240,7 +236,7 @@ fn wait(out: Option<usize>, err: Option<usize>, sfd: Option<usize>, timeout: isi
 /// Removes the file at `path`, a NUL-terminated path.
 fn remove(path: *const u8) {
     unsafe {
-        syscall4(UNLINK, path as usize, 0, 0, 0);
+        crate::sys::unlink(path);
     }
 }
 

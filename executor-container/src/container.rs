@@ -75,6 +75,44 @@ pub fn stage_helpers(dir: &std::path::Path) -> Result<(), ExecutorError> {
     compressing::stage_gz(dir)
 }
 
+/// Shell that sets `_kx` to the file suffix of this machine's helpers
+/// (`uname -m`): none on x86_64, `.aarch64` on aarch64, and on any other
+/// machine one no helper has, so it finds none and uses the image's tools
+/// and the shell's start. Every script that runs a helper says its path
+/// as `DIR/FILE$_kx`: the kernel is never handed an ELF of another
+/// machine (which a shell would then read as a script).
+///
+/// ```
+/// use executor_container::container::MACHINE_SUFFIX;
+/// let out = std::process::Command::new("sh")
+///     .args(["-c", &format!("{MACHINE_SUFFIX}; echo \"[$_kx]\"")])
+///     .output()
+///     .unwrap();
+/// let said = String::from_utf8_lossy(&out.stdout);
+/// assert!(["[]\n", "[.aarch64]\n", "[.none]\n"].contains(&said.as_ref()), "{said}");
+/// ```
+pub const MACHINE_SUFFIX: &str =
+    "case $(uname -m 2>/dev/null) in x86_64) _kx=;; aarch64) _kx=.aarch64;; *) _kx=.none;; esac";
+
+/// The machines a helper is built for: each one's `uname -m` and the
+/// suffix of its helpers' files ([`MACHINE_SUFFIX`]).
+pub const HELPER_MACHINES: [(&str, &str); 2] = [("x86_64", ""), ("aarch64", ".aarch64")];
+
+/// Writes each machine's build of a helper into `dir` as `name` with the
+/// machine's suffix ([`HELPER_MACHINES`]): `builds` in the same order;
+/// an empty build (one this toolchain could not make) is left out.
+pub(crate) fn stage_builds(
+    dir: &std::path::Path,
+    name: &str,
+    builds: [&[u8]; 2],
+    what: &'static str,
+) -> Result<(), ExecutorError> {
+    for ((_, suffix), bytes) in HELPER_MACHINES.iter().zip(builds) {
+        stage_executable(dir, &format!("{name}{suffix}"), bytes, what)?;
+    }
+    Ok(())
+}
+
 /// Writes `bytes` as the executable `dir/name`; nothing when `bytes` is
 /// empty (a helper this build could not make).
 pub(crate) fn stage_executable(

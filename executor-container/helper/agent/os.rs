@@ -3,38 +3,20 @@
 
 use crate::sys::{syscall4, EINTR};
 
-pub const OPEN: usize = 2;
-pub const STAT: usize = 4;
-pub const RT_SIGACTION: usize = 13;
-pub const RT_SIGPROCMASK: usize = 14;
-pub const DUP2: usize = 33;
-pub const GETPID: usize = 39;
-pub const FORK: usize = 57;
-pub const EXECVE: usize = 59;
-pub const WAIT4: usize = 61;
-pub const KILL: usize = 62;
-pub const CHDIR: usize = 80;
-pub const PRCTL: usize = 157;
+pub use crate::sys::{
+    CHDIR, CLOSE_RANGE, EXECVE, GETDENTS64, GETPID, KILL, O_DIRECTORY, PIPE2, PRCTL,
+    RT_SIGACTION, RT_SIGPROCMASK, SETGROUPS, SETRESGID, SETRESUID, SIGCHLD, SIGNALFD4, WAIT4,
+};
 pub const PR_SET_DUMPABLE: usize = 4;
-pub const MKNOD: usize = 133;
-pub const GETDENTS64: usize = 217;
-pub const SIGNALFD4: usize = 289;
-pub const PIPE2: usize = 293;
-pub const CLOSE_RANGE: usize = 436;
-pub const SETRESUID: usize = 117;
-pub const SETRESGID: usize = 119;
-pub const SETGROUPS: usize = 116;
 
 pub const O_RDONLY: usize = 0;
 pub const O_WRONLY: usize = 1;
 pub const O_RDWR: usize = 2;
 pub const O_CREAT_TRUNC: usize = 0o100 | 0o1000;
-pub const O_DIRECTORY: usize = 0o200000;
 pub const O_CLOEXEC: usize = 0o2000000;
 pub const EEXIST: isize = -17;
 pub const WNOHANG: usize = 1;
 pub const SIGPIPE: usize = 13;
-pub const SIGCHLD: usize = 17;
 pub const SIGWINCH: usize = 28;
 pub const SIG_DFL: usize = 0;
 pub const SIG_IGN: usize = 1;
@@ -141,7 +123,7 @@ pub fn parse_number(text: &[u8]) -> Option<u64> {
 
 pub fn open(path: &mut Path, flags: usize) -> Option<usize> {
     let at = path.c()?;
-    let fd = unsafe { syscall4(OPEN, at as usize, flags | O_CLOEXEC, 0o666, 0) };
+    let fd = unsafe { crate::sys::open(at, flags | O_CLOEXEC, 0o666) };
     (fd >= 0).then_some(fd as usize)
 }
 
@@ -190,12 +172,12 @@ pub fn read_number(path: &mut Path) -> Option<u64> {
 pub fn identity(path: &mut Path) -> Option<(u64, u64)> {
     let at = path.c()?;
     let mut stat = [0u64; 18];
-    let r = unsafe { syscall4(STAT, at as usize, stat.as_mut_ptr() as usize, 0, 0) };
+    let r = unsafe { crate::sys::stat(at, stat.as_mut_ptr()) };
     (r == 0).then_some((stat[0], stat[1]))
 }
 
 pub fn dup2(from: usize, to: usize) -> bool {
-    unsafe { syscall4(DUP2, from, to, 0, 0) >= 0 }
+    crate::sys::dup2(from, to) >= 0
 }
 
 pub fn getpid() -> u32 {
@@ -204,7 +186,7 @@ pub fn getpid() -> u32 {
 
 /// Forks: 0 in the child, the child's pid in the parent, none on failure.
 pub fn fork() -> Option<usize> {
-    let pid = unsafe { syscall4(FORK, 0, 0, 0, 0) };
+    let pid = crate::sys::fork();
     (pid >= 0).then_some(pid as usize)
 }
 
@@ -286,7 +268,7 @@ pub fn drain_signals(fd: usize) {
 /// Polls `fd` for input (or its end) for at most `ms`: whether it is ready.
 pub fn ready(fd: usize, ms: usize) -> bool {
     let mut pollfd: [u32; 2] = [fd as u32, u32::from(crate::sys::POLLIN)];
-    let n = unsafe { syscall4(crate::sys::POLL, pollfd.as_mut_ptr() as usize, 1, ms, 0) };
+    let n = unsafe { crate::sys::poll(pollfd.as_mut_ptr(), 1, ms) };
     n > 0 && pollfd[1] >> 16 != 0
 }
 
@@ -309,7 +291,7 @@ pub fn chdir(path: &mut Path) -> bool {
 pub fn mkfifo(path: &mut Path) -> isize {
     const S_IFIFO: usize = 0o010000;
     match path.c() {
-        Some(at) => unsafe { syscall4(MKNOD, at as usize, S_IFIFO | 0o600, 0, 0) },
+        Some(at) => unsafe { crate::sys::mknod(at, S_IFIFO | 0o600) },
         None => -36,
     }
 }

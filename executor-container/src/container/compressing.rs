@@ -18,10 +18,14 @@ pub const GZ_FILE: &str = "knotless-gz";
 /// build it (see `build.rs`).
 pub const GZ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-gz"));
 
+/// The compressor for aarch64, staged as [`GZ_FILE`]`.aarch64`.
+pub const GZ_AARCH64: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-gz.aarch64"));
+
 /// What a compressed copy out runs in the environment (`sh -c PACK_OUT
 /// DIR GZ`, as [`pack_out_argv`] makes it): packs `DIR` and compresses it
-/// with `GZ`, the compressor sent in with the step scripts, where it runs
-/// here (an x86_64 machine, a folder that allows execs), else with the
+/// with `GZ` (with this machine's suffix, [`MACHINE_SUFFIX`](crate::container::MACHINE_SUFFIX)),
+/// the compressor sent in with the step scripts, where it runs
+/// here (x86_64 or aarch64, a folder that allows execs), else with the
 /// image's `gzip -1`, else not at all. It exits with tar's own status
 /// (not the pipe's last, the compressor's: POSIX `sh` has no
 /// `pipefail`). The runner tells a compressed stream from a plain one by
@@ -49,7 +53,7 @@ pub const GZ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-gz"));
 ///     .success();
 /// assert_eq!(out.stdout.starts_with(&[0x1f, 0x8b]), has_gzip);
 /// ```
-pub const PACK_OUT: &str = r#"z=gzip; case $(uname -m 2>/dev/null) in x86_64) ! "$1" < /dev/null > /dev/null 2>&1 || z=$1;; esac
+pub const PACK_OUT: &str = r#"z=gzip; case $(uname -m 2>/dev/null) in x86_64) _kx=;; aarch64) _kx=.aarch64;; *) _kx=.none;; esac; ! "$1$_kx" < /dev/null > /dev/null 2>&1 || z=$1$_kx
 [ "$z" != gzip ] || command -v gzip > /dev/null 2>&1 || exec tar c -C "$0" .
 { s=$( { { tar c -C "$0" .; echo $? >&3; } | "$z" -1 >&4; } 3>&1 ); } 4>&1; [ "$s" = 0 ]"#;
 
@@ -85,7 +89,7 @@ pub fn pack_out_argv(dir: &str) -> Vec<String> {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_gz(dir: &std::path::Path) -> Result<(), executor_core::ExecutorError> {
-    crate::container::stage_executable(dir, GZ_FILE, GZ, "writing the compressor")
+    crate::container::stage_builds(dir, GZ_FILE, [GZ, GZ_AARCH64], "writing the compressor")
 }
 
 /// A backend's compression choice; see the module docs.

@@ -36,7 +36,8 @@ echo "$uid:$gid:$groups"
 uname -m
 # Where the agent runs, it alone starts steps, as root: the state folder
 # becomes root's, listed and changed by no step.
-if [ "$uid" != 0 ] && [ "$(uname -m)" = x86_64 ] && [ -s "$2/$3" ]; then
+case $(uname -m) in x86_64) x=;; aarch64) x=.aarch64;; *) x=.none;; esac
+if [ "$uid" != 0 ] && [ -s "$2/$3$x" ]; then
   chmod 0711 "$2"; echo apart
 fi"#;
 

@@ -24,9 +24,14 @@ use executor_core::ExecutorError;
 /// there, and its channels use their shell.
 pub const AGENT_FILE: &str = "knotless-agent.1";
 
-/// The agent itself; empty where the toolchain that built this crate
-/// could not build it (see `build.rs`).
+/// The agent itself, for x86_64; empty where the toolchain that built
+/// this crate could not build it (see `build.rs`).
 pub const AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-agent"));
+
+/// The agent for aarch64, staged as [`AGENT_FILE`]`.aarch64`; empty where
+/// no aarch64 toolchain was here.
+pub const AGENT_AARCH64: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/knotless-agent.aarch64"));
 
 /// What a channel's shell runs once it found the copier (`$_ktee`, see
 /// [`super::tee`]), with the state folder for `DIR`: where the agent is
@@ -34,7 +39,8 @@ pub const AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-agen
 /// (`$_ksrc`) and the copier for what the agent leaves to the shell.
 /// The copier's probe ran a program of this build in the folder: the
 /// agent runs where it does.
-const HAND_OVER: &str = r#"[ -z "$_ktee" ] || [ ! -x DIR/FILE ] || exec DIR/FILE "$_ksrc
+/// The file is this machine's build (`$_kx`, set by the probe).
+const HAND_OVER: &str = r#"[ -z "$_ktee" ] || [ ! -x DIR/FILE$_kx ] || exec DIR/FILE$_kx "$_ksrc
 _ktee=$_ktee
 eval \"\$1\"" MAX"#;
 
@@ -57,7 +63,8 @@ pub(super) fn hand_over_as(state_dir: &str, step_user: &str) -> String {
 }
 
 /// Writes the agent into `dir`, a folder staged to be sent in as the
-/// state folder, as an executable file; nothing when this build has none.
+/// state folder, as an executable file for each machine this build has
+/// one for ([`HELPER_MACHINES`](crate::container::HELPER_MACHINES)).
 ///
 /// ```
 /// use executor_container::detached::{stage_agent, AGENT, AGENT_FILE};
@@ -69,5 +76,10 @@ pub(super) fn hand_over_as(state_dir: &str, step_user: &str) -> String {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_agent(dir: &Path) -> Result<(), ExecutorError> {
-    crate::container::stage_executable(dir, AGENT_FILE, AGENT, "writing the step agent")
+    crate::container::stage_builds(
+        dir,
+        AGENT_FILE,
+        [AGENT, AGENT_AARCH64],
+        "writing the step agent",
+    )
 }

@@ -27,20 +27,26 @@ use executor_core::ExecutorError;
 /// arguments it would take another way.
 pub const TEE_FILE: &str = "knotless-tee.2";
 
-/// The copier itself; empty where the toolchain that built this crate
-/// could not build it (see `build.rs`).
+/// The copier itself, for x86_64; empty where the toolchain that built
+/// this crate could not build it (see `build.rs`).
 pub const TEE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-tee"));
 
+/// The copier for aarch64, staged as [`TEE_FILE`]`.aarch64`.
+pub const TEE_AARCH64: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless-tee.aarch64"));
+
 /// What a channel's shell runs as it opens, with the state folder's path
-/// for `DIR`: sets `_ktee` to the copier's path if it is there and runs
-/// here (the machine is x86_64, so the kernel will not hand an ELF of
-/// another machine to the shell as a script, and a line sent through it
-/// comes out whole), and to nothing otherwise.
-const PROBE: &str = r#"_ktee=; case $(uname -m 2>/dev/null) in x86_64) [ "$(echo k | DIR/FILE - '' 3>&1 4>/dev/null 5</dev/null 2>/dev/null)" != k ] || _ktee=DIR/FILE;; esac"#;
+/// for `DIR`: sets `_kx` to this machine's helper suffix
+/// ([`MACHINE_SUFFIX`](crate::container::MACHINE_SUFFIX)), and `_ktee` to
+/// this machine's copier if it is there and runs here (a line sent
+/// through it comes out whole), and to nothing otherwise.
+const PROBE: &str = r#"_ktee=; MACHINE; [ "$(echo k | DIR/FILE$_kx - '' 3>&1 4>/dev/null 5</dev/null 2>/dev/null)" != k ] || _ktee=DIR/FILE$_kx"#;
 
 /// [`PROBE`] for the state folder `state_dir`.
 pub(super) fn probe(state_dir: &str) -> String {
-    PROBE.replace("DIR", state_dir).replace("FILE", TEE_FILE)
+    PROBE
+        .replace("MACHINE", crate::container::MACHINE_SUFFIX)
+        .replace("DIR", state_dir)
+        .replace("FILE", TEE_FILE)
 }
 
 /// Writes the copier into `dir`, a folder staged to be sent in as the
@@ -56,5 +62,10 @@ pub(super) fn probe(state_dir: &str) -> String {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_tee(dir: &Path) -> Result<(), ExecutorError> {
-    crate::container::stage_executable(dir, TEE_FILE, TEE, "writing the stream copier")
+    crate::container::stage_builds(
+        dir,
+        TEE_FILE,
+        [TEE, TEE_AARCH64],
+        "writing the stream copier",
+    )
 }

@@ -162,6 +162,11 @@ macro_rules! conformance_tests {
             ignore = "needs a container engine: run scripts/test.sh"
         )]]; $($($without)*)?);
     };
+    // Cases ignored unless `cfg($cfg)` holds, saying `$why`: a backend
+    // that needs more than the engine (an arm64 image and qemu).
+    (engine $cfg:ident $why:literal: $make:path $(; $($without:tt)*)?) => {
+        $crate::conformance_tests!(@all $make; [#[cfg_attr(not($cfg), ignore = $why)]]; $($($without)*)?);
+    };
     ($make:path $(; $($without:tt)*)?) => {
         $crate::conformance_tests!(@all $make; []; $($($without)*)?);
     };
