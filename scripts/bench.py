@@ -1100,7 +1100,11 @@ spec:
                     events = each.pop("list events", 0), one.pop("list events", 0)
                     reviews = one.pop("create selfsubjectaccessreviews", 0)
                     each.pop("create selfsubjectaccessreviews", None)
-                    same = all(abs(each.get(k, 0) - one.get(k, 0)) < 0.01 for k in set(each) | set(one))
+                    # Averaged over the runs, a watch that ended and was
+                    # made again, or a gone-wait the list answered, moves a
+                    # count by a fraction; a request per step would move it
+                    # by the steps.
+                    same = all(abs(each.get(k, 0) - one.get(k, 0)) <= 0.1 for k in set(each) | set(one))
                     shown = ", ".join(f"{k} {v:g}" for k, v in sorted(each.items()))
                     self.row(f"API requests per run, {n} runs of {steps_n} steps at once from one process", where,
                              f"{sum(each.values()) + events[0]:g} a run: {shown}, list events {events[0]:g}",
