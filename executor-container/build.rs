@@ -74,6 +74,18 @@ fn main() {
             println!("cargo::rustc-cfg=knotless_{name}");
         }
     }
+    // The aarch64 builds run here too where qemu does aarch64 programs
+    // (binfmt_misc, as scripts/prepare-toolchain.sh sets it up): their
+    // own tests run then, and are ignored, saying why, where not.
+    println!("cargo::rustc-check-cfg=cfg(knotless_aarch64)");
+    let qemu = Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64");
+    println!("cargo::rerun-if-changed={}", qemu.display());
+    let aarch64 = ["tee", "agent", "gz"]
+        .iter()
+        .all(|name| built.contains(&format!("{name}.aarch64")));
+    if aarch64 && qemu.exists() {
+        println!("cargo::rustc-cfg=knotless_aarch64");
+    }
     println!("cargo::metadata=built={}", built.join(","));
     let required = std::env::var_os("KNOTLESS_REQUIRE_HELPERS").is_some_and(|v| v == "1");
     let all = helpers.len() * MACHINES.len();

@@ -17,3 +17,4 @@
 
 pub mod container;
 pub mod detached;
+pub mod staging;

@@ -23,7 +23,7 @@ pub const GZ_AARCH64: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotless
 
 /// What a compressed copy out runs in the environment (`sh -c PACK_OUT
 /// DIR GZ`, as [`pack_out_argv`] makes it): packs `DIR` and compresses it
-/// with `GZ` (with this machine's suffix, [`MACHINE_SUFFIX`](crate::container::MACHINE_SUFFIX)),
+/// with `GZ` (with this machine's suffix, [`MACHINE_SUFFIX`](crate::staging::MACHINE_SUFFIX)),
 /// the compressor sent in with the step scripts, where it runs
 /// here (x86_64 or aarch64, a folder that allows execs), else with the
 /// image's `gzip -1`, else not at all. It exits with tar's own status
@@ -72,7 +72,7 @@ pub fn pack_out_argv(dir: &str) -> Vec<String> {
         "-c".into(),
         PACK_OUT.into(),
         dir.into(),
-        format!("{}/{GZ_FILE}", crate::container::STATE_DIR),
+        format!("{}/{GZ_FILE}", crate::staging::STATE_DIR),
     ]
 }
 
@@ -89,7 +89,7 @@ pub fn pack_out_argv(dir: &str) -> Vec<String> {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_gz(dir: &std::path::Path) -> Result<(), executor_core::ExecutorError> {
-    crate::container::stage_builds(dir, GZ_FILE, [GZ, GZ_AARCH64], "writing the compressor")
+    crate::staging::stage_builds(dir, GZ_FILE, [GZ, GZ_AARCH64], "writing the compressor")
 }
 
 /// A backend's compression choice; see the module docs.

@@ -64,7 +64,7 @@ pub(super) fn hand_over_as(state_dir: &str, step_user: &str) -> String {
 
 /// Writes the agent into `dir`, a folder staged to be sent in as the
 /// state folder, as an executable file for each machine this build has
-/// one for ([`HELPER_MACHINES`](crate::container::HELPER_MACHINES)).
+/// one for ([`HELPER_MACHINES`](crate::staging::HELPER_MACHINES)).
 ///
 /// ```
 /// use executor_container::detached::{stage_agent, AGENT, AGENT_FILE};
@@ -76,7 +76,7 @@ pub(super) fn hand_over_as(state_dir: &str, step_user: &str) -> String {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_agent(dir: &Path) -> Result<(), ExecutorError> {
-    crate::container::stage_builds(
+    crate::staging::stage_builds(
         dir,
         AGENT_FILE,
         [AGENT, AGENT_AARCH64],

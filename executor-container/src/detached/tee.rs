@@ -36,7 +36,7 @@ pub const TEE_AARCH64: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/knotles
 
 /// What a channel's shell runs as it opens, with the state folder's path
 /// for `DIR`: sets `_kx` to this machine's helper suffix
-/// ([`MACHINE_SUFFIX`](crate::container::MACHINE_SUFFIX)), and `_ktee` to
+/// ([`MACHINE_SUFFIX`](crate::staging::MACHINE_SUFFIX)), and `_ktee` to
 /// this machine's copier if it is there and runs here (a line sent
 /// through it comes out whole), and to nothing otherwise.
 const PROBE: &str = r#"_ktee=; MACHINE; [ "$(echo k | DIR/FILE$_kx - '' 3>&1 4>/dev/null 5</dev/null 2>/dev/null)" != k ] || _ktee=DIR/FILE$_kx"#;
@@ -44,7 +44,7 @@ const PROBE: &str = r#"_ktee=; MACHINE; [ "$(echo k | DIR/FILE$_kx - '' 3>&1 4>/
 /// [`PROBE`] for the state folder `state_dir`.
 pub(super) fn probe(state_dir: &str) -> String {
     PROBE
-        .replace("MACHINE", crate::container::MACHINE_SUFFIX)
+        .replace("MACHINE", crate::staging::MACHINE_SUFFIX)
         .replace("DIR", state_dir)
         .replace("FILE", TEE_FILE)
 }
@@ -62,7 +62,7 @@ pub(super) fn probe(state_dir: &str) -> String {
 /// # Errors
 /// `Io` naming the file when it cannot be written.
 pub fn stage_tee(dir: &Path) -> Result<(), ExecutorError> {
-    crate::container::stage_builds(
+    crate::staging::stage_builds(
         dir,
         TEE_FILE,
         [TEE, TEE_AARCH64],

@@ -38,7 +38,7 @@ pub fn channel_argv() -> Vec<String> {
 /// assert_eq!(channel_argv_as(None), channel_argv());
 /// ```
 pub fn channel_argv_as(step_user: Option<&str>) -> Vec<String> {
-    let state = crate::container::STATE_DIR;
+    let state = crate::staging::STATE_DIR;
     let start = quote(&format!("_kstart() {{\n{}\n}}", start_body()));
     let probe = super::super::tee::probe(state);
     let script = match step_user {

@@ -374,12 +374,25 @@ async fn a_step_a_resumed_runner_starts_anew_goes_through_the_channel() {
 )]
 #[test]
 fn the_agent_runs_nothing_of_a_message_cut_short() {
+    runs_nothing_cut_short(AGENT_FILE);
+}
+
+#[cfg_attr(
+    not(knotless_aarch64),
+    ignore = "the aarch64 agent was not built, or qemu does not run aarch64 programs here"
+)]
+#[test]
+fn the_agent_runs_nothing_of_a_message_cut_short_on_aarch64() {
+    runs_nothing_cut_short(&format!("{AGENT_FILE}.aarch64"));
+}
+
+fn runs_nothing_cut_short(file: &str) {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     stage_agent(dir.path()).unwrap();
     let body = ": 0a\n(echo ran)";
     let run = |sent: String| {
-        let mut child = std::process::Command::new(dir.path().join(AGENT_FILE))
+        let mut child = std::process::Command::new(dir.path().join(file))
             .args(["eval \"$1\"", "0"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -57,10 +57,22 @@ fn copy(
     prefix: &str,
     redirects: &str,
 ) -> std::process::ExitStatus {
+    copy_with(TEE_FILE, dir, out, err, prefix, redirects)
+}
+
+/// [`copy`] with the copier `file` (a machine's build).
+fn copy_with(
+    file: &str,
+    dir: &Path,
+    out: &Path,
+    err: &Path,
+    prefix: &str,
+    redirects: &str,
+) -> std::process::ExitStatus {
     Command::new("sh")
         .arg("-c")
         .arg(format!("\"$0\" - \"$3\" < \"$1\" 5< \"$2\" {redirects}"))
-        .arg(dir.join(TEE_FILE))
+        .arg(dir.join(file))
         .arg(out)
         .arg(err)
         .arg(prefix)
@@ -91,6 +103,19 @@ fn record(prefix: &str, stream: &str) -> (Vec<u8>, usize) {
 )]
 #[test]
 fn every_byte_reaches_the_exec_and_the_record_in_order() {
+    every_byte_in_order(TEE_FILE);
+}
+
+#[cfg_attr(
+    not(knotless_aarch64),
+    ignore = "the aarch64 copier was not built, or qemu does not run aarch64 programs here"
+)]
+#[test]
+fn every_byte_reaches_the_exec_and_the_record_in_order_on_aarch64() {
+    every_byte_in_order(&format!("{TEE_FILE}.aarch64"));
+}
+
+fn every_byte_in_order(file: &str) {
     let dir = staged();
     // Many of the copier's 64 KiB reads, and a last one it cannot fill.
     let (out, err) = (pattern(3 * 1024 * 1024 + 4321, 1), pattern(777_777, 2));
@@ -99,7 +124,8 @@ fn every_byte_reaches_the_exec_and_the_record_in_order() {
     std::fs::write(&err_in, &err).unwrap();
     let (live_out, live_err) = (dir.path().join("live-out"), dir.path().join("live-err"));
     let prefix = dir.path().join("step").display().to_string();
-    let status = copy(
+    let status = copy_with(
+        file,
         dir.path(),
         &out_in,
         &err_in,
