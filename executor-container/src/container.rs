@@ -50,7 +50,6 @@ pub mod step_user;
 
 pub use crate::staging::{HELPER_MACHINES, MACHINE_SUFFIX, STATE_DIR};
 
-
 /// Writes the helpers this build has (the step's stream copier and the
 /// compressor of copies out) into `dir`, a folder staged to be sent in as
 /// the state folder.

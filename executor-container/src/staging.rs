@@ -64,4 +64,3 @@ pub(crate) fn stage_executable(
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| ExecutorError::io(what, &path, e))
 }
-
