@@ -28,14 +28,21 @@ pub fn admit_pod(store: &Store, ns: &str, pod: &mut Value) -> Result<(), ApiErro
             )));
         }
     }
-    if let Some(class) = pod["spec"]["runtimeClassName"].as_str() {
+    // An empty name is none, as a protobuf body without the field reads.
+    let named = |field: &str| {
+        pod["spec"][field]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    if let Some(class) = named("runtimeClassName").as_deref() {
         if store.get(Kind::RuntimeClass, "", class).is_none() {
             return Err(ApiError::forbidden(format!(
                 "pods \"{name}\" is forbidden: pod rejected: RuntimeClass \"{class}\" not found"
             )));
         }
     }
-    if let Some(class) = pod["spec"]["priorityClassName"].as_str() {
+    if let Some(class) = named("priorityClassName").as_deref() {
         let Some(found) = store.get(Kind::PriorityClass, "", class) else {
             return Err(ApiError::forbidden(format!(
                 "pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"
