@@ -181,7 +181,9 @@ async fn a_tenant_rides_out_a_restarted_servers_refusals_before_its_roles_load()
     let (cluster, backend) = tenant_cluster().await;
     cluster
         .faults()
-        .rbac_lag_after_outage(Some(Duration::from_secs(2)));
+        // Longer than the runner's longest pause between tries (5 s, less
+        // up to half at random): a try is sure to land in it.
+        .rbac_lag_after_outage(Some(Duration::from_secs(6)));
     let fx = Fixture::new("tenant-restart");
     let spec = fx
         .spec(&backend, "tenant-restart")

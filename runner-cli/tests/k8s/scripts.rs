@@ -120,7 +120,9 @@ async fn the_live_proof_script_passes_on_the_test_cluster_with_its_outage_check(
     });
     cluster
         .faults()
-        .rbac_lag_after_outage(Some(std::time::Duration::from_secs(2)));
+        // Longer than the runner's longest pause between tries (5 s, less
+        // up to half at random): a try is sure to land in it.
+        .rbac_lag_after_outage(Some(std::time::Duration::from_secs(6)));
     let dir = tempfile::tempdir().unwrap();
     let (down, back) = (dir.path().join("down"), dir.path().join("back"));
     for fifo in [&down, &back] {
