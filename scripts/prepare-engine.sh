@@ -100,18 +100,25 @@ image_present() {
   curl -fsS --max-time 10 --unix-socket "$SOCK" "http://d/images/$IMAGE/json" >/dev/null 2>&1
 }
 
+# Fills the folder $2 with the busybox $1, a link for each applet (the
+# host's busybox lists them: the arm64 build is the same Debian version),
+# /etc/passwd and /etc/group with root and nobody, and /tmp.
+busybox_rootfs() {
+  mkdir -p "$2/bin" "$2/etc" "$2/tmp" "$2/root"
+  chmod 1777 "$2/tmp"
+  cp "$1" "$2/bin/busybox"
+  for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || ln -sf busybox "$2/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$2/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$2/etc/group"
+}
+
 if ! image_present; then
   [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || apt_install busybox-static
   ROOTFS="$(mktemp -d "$STATE/rootfs.XXXXXX")"
   trap 'rm -rf "$ROOTFS"' EXIT
-  mkdir -p "$ROOTFS/bin" "$ROOTFS/etc" "$ROOTFS/tmp" "$ROOTFS/root"
-  chmod 1777 "$ROOTFS/tmp"
-  cp /bin/busybox "$ROOTFS/bin/busybox"
-  for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || ln -sf busybox "$ROOTFS/bin/$applet"
-  done
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$ROOTFS/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' >"$ROOTFS/etc/group"
+  busybox_rootfs /bin/busybox "$ROOTFS"
   say "importing $IMAGE from busybox-static"
   imported="$(tar -C "$ROOTFS" -cf - . | curl -fsS --unix-socket "$SOCK" -X POST \
     -H 'Content-Type: application/x-tar' --data-binary @- \
@@ -138,15 +145,7 @@ if ! arm64_present && [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
   DEB="$(mktemp -d "$STATE/deb-arm64.XXXXXX")"
   if (cd "$DEB" && apt-get download busybox-static:arm64 >/dev/null 2>&1); then
     dpkg-deb -x "$DEB"/busybox-static_*_arm64.deb "$DEB/x"
-    mkdir -p "$ARMROOT/bin" "$ARMROOT/etc" "$ARMROOT/tmp" "$ARMROOT/root"
-    chmod 1777 "$ARMROOT/tmp"
-    cp "$DEB/x/bin/busybox" "$ARMROOT/bin/busybox"
-    # The applets are the x86_64 build's list: the same Debian version.
-    for applet in $(/bin/busybox --list); do
-      [ "$applet" = busybox ] || ln -sf busybox "$ARMROOT/bin/$applet"
-    done
-    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$ARMROOT/etc/passwd"
-    printf 'root:x:0:\nnogroup:x:65534:\n' >"$ARMROOT/etc/group"
+    busybox_rootfs "$DEB/x/bin/busybox" "$ARMROOT"
     say "importing $IMAGE_ARM64 from busybox-static:arm64"
     tar -C "$ARMROOT" -cf - . | curl -fsS --unix-socket "$SOCK" -X POST \
       -H 'Content-Type: application/x-tar' --data-binary @- \

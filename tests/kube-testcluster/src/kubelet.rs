@@ -233,6 +233,18 @@ impl Kubelet {
     }
 }
 
+/// A container's exit code from the engine's wait: its status code, the
+/// code a wait error carries, or 137 (killed) when the wait said nothing.
+pub(crate) fn exit_code_of(
+    waited: Option<Result<bollard::models::ContainerWaitResponse, bollard::errors::Error>>,
+) -> i64 {
+    match waited {
+        Some(Ok(r)) => r.status_code,
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+        _ => 137,
+    }
+}
+
 /// Removes every container labelled with `cluster_id`.
 pub async fn remove_cluster_containers(docker: &Docker, cluster_id: &str) {
     let filters = HashMap::from([(

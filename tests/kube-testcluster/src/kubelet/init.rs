@@ -50,14 +50,7 @@ impl Kubelet {
                                 &format!("Started container {cname}"),
                                 "kubelet",
                             );
-                            match self.docker.wait_container(&id, None).next().await {
-                                Some(Ok(r)) => r.status_code,
-                                Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                                    code,
-                                    ..
-                                })) => code,
-                                _ => 137,
-                            }
+                            super::exit_code_of(self.docker.wait_container(&id, None).next().await)
                         } else {
                             128
                         };

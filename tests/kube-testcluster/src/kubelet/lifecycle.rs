@@ -227,14 +227,7 @@ impl Kubelet {
             .map(|(cname, cid)| {
                 let docker = self.docker.clone();
                 async move {
-                    let code = match docker.wait_container(&cid, None).next().await {
-                        Some(Ok(r)) => r.status_code,
-                        Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                            code,
-                            ..
-                        })) => code,
-                        _ => 137,
-                    };
+                    let code = super::exit_code_of(docker.wait_container(&cid, None).next().await);
                     (cname, code)
                 }
             })
@@ -250,11 +243,7 @@ impl Kubelet {
                 _ = self.closing.cancelled() => return Ok(()),
             }
         };
-        let code = match waited {
-            Some(Ok(r)) => r.status_code,
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-            _ => 137,
-        };
+        let code = super::exit_code_of(waited);
         let faulted = self.store.get(Kind::Pod, ns, name).is_some_and(|p| {
             p["metadata"]["annotations"]
                 .get("knotless.test/fault")
