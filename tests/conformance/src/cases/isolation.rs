@@ -41,6 +41,15 @@ pub async fn a_leftover_of_the_step_user_cannot_touch_the_runners_side(backend: 
     let fx = Fixture::new("isolation");
     let spec = fx
         .spec(backend, "isolation")
+        // Looked at before the leftover exists: between the agent's fork
+        // and the step's exec, a step's process already has the step's uid
+        // and the agent's name, and the leftover kills what it finds by it.
+        .step(Step::new(
+            "look",
+            "id -u; stat -c 'state %u %a' /.knotless; \
+             if ls /.knotless >/dev/null 2>&1; then echo listed; fi; \
+             if touch /.knotless/mine 2>/dev/null; then echo wrote-state; fi",
+        ))
         .step(Step::new(
             "leave",
             format!(
@@ -48,17 +57,12 @@ pub async fn a_leftover_of_the_step_user_cannot_touch_the_runners_side(backend: 
                 executor_core::script::quote(ATTACK)
             ),
         ))
-        .step(Step::new(
-            "look",
-            "id -u; stat -c 'state %u %a' /.knotless; \
-             if ls /.knotless >/dev/null 2>&1; then echo listed; fi; \
-             if touch /.knotless/mine 2>/dev/null; then echo wrote-state; fi",
-        ))
         // Long enough for the leftover to find its supervisor.
         .step(Step::new("fails", "sleep 2; echo failing; exit 7"));
     let (result, log) = run_to_end(backend, &spec).await;
     let text = log.text();
     assert_eq!(result.status, RunStatus::Failed, "{text}");
+    assert_eq!(result.steps[0].status, StepStatus::Success, "{text}");
     assert_eq!(result.steps[1].status, StepStatus::Success, "{text}");
     assert_eq!(result.steps[2].status, StepStatus::Failed, "{text}");
     // Its own code, or the leftover's kill: between the agent's fork and
