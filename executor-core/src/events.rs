@@ -186,6 +186,10 @@ pub enum Event {
         /// What it cost, when its backend measured it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<crate::usage::StepUsage>,
+        /// What a step with an id wrote to `$STEP_OUTPUT`; absent when
+        /// nothing.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        outputs: std::collections::BTreeMap<String, String>,
     },
     /// An attempt ended: its record, as the result's `attempts` will hold
     /// it. The run's last attempt is told too, before
@@ -281,9 +285,18 @@ impl Event {
             Event::StepStarted { step, .. }
             | Event::StepResumed { step, .. }
             | Event::StepSkipped { step, .. } => edit(step),
-            Event::StepFinished { step, failure, .. } => {
+            Event::StepFinished {
+                step,
+                failure,
+                outputs,
+                ..
+            } => {
                 edit(step);
-                failure.iter_mut().flat_map(Failure::texts).for_each(edit);
+                failure
+                    .iter_mut()
+                    .flat_map(Failure::texts)
+                    .for_each(&mut edit);
+                outputs.values_mut().for_each(edit);
             }
             Event::OutputsCollected {
                 failure: Some(f), ..

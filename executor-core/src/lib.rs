@@ -26,6 +26,7 @@ mod driver;
 mod error;
 pub mod events;
 mod executor;
+pub mod expr;
 pub mod failure;
 pub mod journal;
 pub mod labels;
@@ -55,7 +56,7 @@ pub use log::{MemoryLog, Reword, RunLog, DEFAULT_OUTPUT_LIMIT};
 pub use mask::{Masker, Secret};
 pub use model::{
     validate_env_key, RunSpec, Step, DEFAULT_OUTPUTS_TIMEOUT, DEFAULT_RUN_TIMEOUT,
-    DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT,
+    DEFAULT_STEP_TIMEOUT, MAX_TIMEOUT, STEP_OUTPUTS_FOLDER,
 };
 pub use result::{
     manifest, media_type, Attempt, EnvironmentFacts, OutputFile, Phases, RunResult, RunStatus,

@@ -7,93 +7,12 @@ use crate::mask::{Masker, Secret, MIN_SECRET_LEN};
 use crate::ExecutorError;
 
 mod checks;
+mod expressions;
+mod step;
 
 pub use checks::validate_env_key;
 use checks::{check_dir, check_outputs};
-
-/// One step of a run: a shell script run as `sh -ec <script>`.
-///
-/// By default a step that fails ends the run: the steps after it are
-/// skipped. [`Step::continue_on_error`] and [`Step::always`] change that,
-/// as GitHub Actions' `continue-on-error: true` and `if: always()` do.
-///
-/// ```
-/// use std::time::Duration;
-/// use executor_core::Step;
-/// let step = Step::new("build", "make all").env("CC", "clang");
-/// assert_eq!(step.env, vec![("CC".to_string(), "clang".to_string())]);
-///
-/// let lint = Step::new("lint", "make lint").continue_on_error(true);
-/// let upload = Step::new("upload", "cp report.xml /outputs/")
-///     .always(true)
-///     .timeout(Duration::from_secs(60));
-/// assert!(lint.continue_on_error && upload.always);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Step {
-    /// Unique name within the run.
-    pub name: String,
-    /// The script body given to `sh -ec`.
-    pub script: String,
-    /// Variables for this step only, applied after the run's variables.
-    pub env: Vec<(String, String)>,
-    /// This step's own limit, in place of [`RunSpec::step_timeout`].
-    pub timeout: Option<Duration>,
-    /// Whether the run goes on when this step fails: its failure (exit
-    /// code, out of memory, its own timeout) is recorded in its result but
-    /// is not the run's. An environment that is lost, a cancel or the run's
-    /// timeout still end the run.
-    pub continue_on_error: bool,
-    /// Whether this step runs after an earlier step failed (an upload or
-    /// teardown step). It does not run after a cancel, the run's timeout
-    /// or a lost environment: there is no time or no place left for it.
-    pub always: bool,
-}
-
-impl Step {
-    /// A step with no variables of its own, the run's step timeout, and
-    /// ending the run when it fails.
-    pub fn new(name: impl Into<String>, script: impl Into<String>) -> Self {
-        Step {
-            name: name.into(),
-            script: script.into(),
-            env: Vec::new(),
-            timeout: None,
-            continue_on_error: false,
-            always: false,
-        }
-    }
-
-    /// Adds one variable for this step.
-    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Sets [`Step::timeout`].
-    pub fn timeout(mut self, limit: Duration) -> Self {
-        self.timeout = Some(limit);
-        self
-    }
-
-    /// Sets [`Step::continue_on_error`].
-    pub fn continue_on_error(mut self, yes: bool) -> Self {
-        self.continue_on_error = yes;
-        self
-    }
-
-    /// Sets [`Step::always`].
-    pub fn always(mut self, yes: bool) -> Self {
-        self.always = yes;
-        self
-    }
-
-    /// The limit of this step in `spec`: its own, or the run's.
-    pub fn limit_in(&self, spec: &RunSpec) -> Duration {
-        self.timeout.unwrap_or(spec.step_timeout)
-    }
-}
+pub use step::{Step, STEP_OUTPUTS_FOLDER};
 
 /// Everything an executor needs to know about one run.
 ///
@@ -246,6 +165,33 @@ impl RunSpec {
         self.run_timeout.saturating_add(self.outputs_timeout)
     }
 
+    /// The variables the runner gives the step at `index`, before the
+    /// run's own: `CI=true`, `KNOTLESS_RUN_NAME`, `KNOTLESS_STEP_NAME` and
+    /// `KNOTLESS_STEP_INDEX` (0-based). The driver adds
+    /// `KNOTLESS_ATTEMPT`, `KNOTLESS_JOB_STATUS`, `STEP_OUTPUT` and
+    /// `GITHUB_OUTPUT`, known only when the step starts.
+    ///
+    /// ```
+    /// let spec = executor_core::RunSpec::new("r", "did:plc:r", ".", "out")
+    ///     .step(executor_core::Step::new("build", "make"));
+    /// let vars = spec.runner_variables(0);
+    /// assert!(vars.contains(&("CI".into(), "true".into())));
+    /// assert!(vars.contains(&("KNOTLESS_STEP_NAME".into(), "build".into())));
+    /// ```
+    pub fn runner_variables(&self, index: usize) -> Vec<(String, String)> {
+        let name = self
+            .steps
+            .get(index)
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
+        vec![
+            ("CI".into(), "true".into()),
+            ("KNOTLESS_RUN_NAME".into(), self.name.clone()),
+            ("KNOTLESS_STEP_NAME".into(), name),
+            ("KNOTLESS_STEP_INDEX".into(), index.to_string()),
+        ]
+    }
+
     /// The masker of this run's secret values.
     pub fn masker(&self) -> Masker {
         Masker::new(self.secrets.iter().map(|(_, v)| v))
@@ -349,6 +295,7 @@ impl RunSpec {
         {
             validate_env_key(key)?;
         }
+        expressions::check(self)?;
         self.validate_secrets()
     }
 

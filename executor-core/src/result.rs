@@ -131,6 +131,10 @@ pub struct StepResult {
     /// absent when it did not run or was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::StepUsage>,
+    /// What a step with an id wrote to `$STEP_OUTPUT`, secrets masked;
+    /// absent when it wrote nothing (or has no id).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub outputs: std::collections::BTreeMap<String, String>,
 }
 
 /// For `skip_serializing_if`: a count that says nothing when 0.
@@ -152,6 +156,7 @@ impl StepResult {
             failure: None,
             output_dropped_bytes: 0,
             usage: None,
+            outputs: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -161,6 +166,7 @@ impl StepResult {
         std::iter::once(&mut self.name)
             .chain(self.error.as_mut())
             .chain(self.failure.iter_mut().flat_map(Failure::texts))
+            .chain(self.outputs.values_mut())
     }
 }
 

@@ -42,7 +42,11 @@ impl ScriptFiles {
     pub fn planned(run: &crate::RunSpec, dir: &str) -> Self {
         ScriptFiles {
             dir: dir.trim_end_matches('/').to_string(),
-            names: run.steps.iter().map(|s| file_name(&s.script)).collect(),
+            names: run
+                .steps
+                .iter()
+                .map(|s| file_name(&s.script_to_run()))
+                .collect(),
         }
     }
 
@@ -73,9 +77,10 @@ impl ScriptFiles {
         };
         for step in &run.steps {
             // Each script is hashed once, and one shared by steps written once.
-            let name = file_name(&step.script);
+            let script = step.script_to_run();
+            let name = file_name(&script);
             if !files.names.contains(&name) {
-                std::fs::write(host_dir.join(&name), &step.script)?;
+                std::fs::write(host_dir.join(&name), script.as_bytes())?;
                 files.names.insert(name);
             }
         }

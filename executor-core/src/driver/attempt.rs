@@ -132,6 +132,7 @@ async fn collect_outputs(
     )
     .await;
     record.phases.outputs_ms = millis(began);
+    super::outputs::remove_from(&spec.outputs);
     let ms = record.phases.outputs_ms;
     let collected_event = |refused: u64, failure: Option<Failure>| Event::OutputsCollected {
         at: OffsetDateTime::now_utc(),

@@ -2,6 +2,7 @@
 
 mod attempt;
 mod caches;
+mod outputs;
 mod record;
 mod resume;
 mod steps;

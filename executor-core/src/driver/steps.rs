@@ -1,6 +1,7 @@
 //! The steps of an attempt, in order: each started (or carried on), its
 //! end read, and what it means for the steps after it.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use time::OffsetDateTime;
@@ -9,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::record::AttemptRecord;
 use super::supervise::{Supervised, Watch, Why};
 use crate::events::Event;
+use crate::expr::{RunState, Scope};
 use crate::Offsets;
 use crate::{
     CommandOutcome, Executor, Failure, FailureKind, RunHandle, RunLog, RunSpec, StepCommand,
@@ -54,6 +56,18 @@ pub(super) async fn run_steps(
     let mut resumed = steps.resumed;
     // A resumed run's earlier failure is in its record already.
     let mut failed = record.failure.is_some();
+    let mut outputs = Outputs::new();
+    // A resumed run's earlier steps left their outputs in the environment.
+    for (index, step) in spec.steps.iter().enumerate().take(steps.from) {
+        let ran = record
+            .steps
+            .get(index)
+            .is_some_and(|r| r.status != StepStatus::Skipped);
+        if let (Some(id), true) = (&step.id, ran) {
+            let read = super::outputs::read(executor, handle, spec, step, log).await;
+            outputs.insert(id.clone(), read);
+        }
+    }
     for (index, step) in spec.steps.iter().enumerate().skip(steps.from) {
         if let Some(why) = watch.already() {
             // Never start a step the run has no time or wish for.
@@ -62,7 +76,19 @@ pub(super) async fn run_steps(
             record.note(Failure::new(why.kind(), msg));
             break;
         }
-        if failed && !step.always {
+        let state = if failed {
+            RunState::Failed
+        } else {
+            RunState::Succeeded
+        };
+        let vars = plain_variables(spec, step);
+        let scope = Scope {
+            env: &vars,
+            secrets: &spec.secrets,
+            outputs: Some(&outputs),
+            state,
+        };
+        if !step.runs_in(&scope) {
             log.emit(Event::StepSkipped {
                 at: OffsetDateTime::now_utc(),
                 attempt: steps.attempt,
@@ -78,10 +104,14 @@ pub(super) async fn run_steps(
             attempt: steps.attempt,
             index,
             resumed: resumed.take(),
-            after_failure: failed,
+            state,
         };
-        let (step_result, ending) = run_step(executor, handle, spec, step, place, log, watch).await;
+        let (step_result, ending, written) =
+            run_step(executor, handle, spec, step, place, &outputs, log, watch).await;
         record.steps.push(step_result);
+        if let (Some(id), Some(written)) = (&step.id, written) {
+            outputs.insert(id.clone(), written);
+        }
         match ending {
             StepEnding::Succeeded => {}
             StepEnding::Failed(failure) if step.continue_on_error => {
@@ -122,8 +152,16 @@ struct Place {
     attempt: u32,
     index: usize,
     resumed: Option<Resumed>,
-    /// Whether an earlier step failed: only steps that always run are next.
-    after_failure: bool,
+    /// How the run stands when the step's turn comes.
+    state: RunState,
+}
+
+/// Earlier steps' outputs, by step id then name.
+pub(super) type Outputs = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The run's variables, then the step's: what `env.NAME` reads.
+fn plain_variables(spec: &RunSpec, step: &crate::Step) -> Vec<(String, String)> {
+    spec.env.iter().chain(&step.env).cloned().collect()
 }
 
 /// How many steps after the running one a backend is told of
@@ -131,51 +169,97 @@ struct Place {
 /// short step ends, over a link where opening one takes a few round trips.
 const UPCOMING: usize = 3;
 
-/// The command of the step at `index` of `attempt`.
+/// The command of the step at `index` of `attempt`, the run standing at
+/// `state` with `outputs` written so far.
 fn command_of(
     handle: &RunHandle,
     spec: &RunSpec,
     step: &crate::Step,
-    attempt: u32,
-    index: usize,
+    place: Place,
+    outputs: &Outputs,
     log: &RunLog,
 ) -> StepCommand {
+    let vars = plain_variables(spec, step);
+    let scope = Scope {
+        env: &vars,
+        secrets: &spec.secrets,
+        outputs: Some(outputs),
+        state: place.state,
+    };
+    let computed: Vec<(String, String)> = step
+        .inputs
+        .iter()
+        .map(|(key, template)| (key.clone(), template.render(&scope)))
+        .collect();
+    let output_file = super::outputs::file_of(handle, step);
     StepCommand {
         // The same in a resumed run: the log's mark keeps its key.
-        id: log.step_id(attempt, index),
+        id: log.step_id(place.attempt, place.index),
         follow_from: None,
         upcoming: Vec::new(),
         name: step.name.clone(),
-        script: step.script.clone(),
+        script: step.script_to_run().into_owned(),
         env: handle
             .standard_env()
             .into_iter()
-            .chain(spec.env.iter().cloned())
-            .chain(step.env.iter().cloned())
+            .chain(spec.runner_variables(place.index))
+            .chain([
+                ("KNOTLESS_ATTEMPT".to_string(), place.attempt.to_string()),
+                (
+                    "KNOTLESS_JOB_STATUS".to_string(),
+                    place.state.job_status().to_string(),
+                ),
+            ])
+            .chain(vars)
+            .chain(computed)
+            .chain([
+                ("STEP_OUTPUT".to_string(), output_file.clone()),
+                ("GITHUB_OUTPUT".to_string(), output_file),
+            ])
             .collect(),
     }
 }
 
 /// Runs one step.
+#[allow(clippy::too_many_arguments)]
 async fn run_step(
     executor: &dyn Executor,
     handle: &RunHandle,
     spec: &RunSpec,
     step: &crate::Step,
     place: Place,
+    outputs: &Outputs,
     log: &RunLog,
     watch: &Watch<'_>,
-) -> (StepResult, StepEnding) {
-    let mut command = command_of(handle, spec, step, place.attempt, place.index, log);
+) -> (StepResult, StepEnding, Option<BTreeMap<String, String>>) {
+    let mut command = command_of(handle, spec, step, place, outputs, log);
     command.follow_from = place.resumed.map(|r| r.from);
+    // The steps that run next if this one succeeds, as they would start
+    // then (a step whose inputs read this one's outputs is told with what
+    // is known now; a backend starts nothing told that way unchanged).
     command.upcoming = spec
         .steps
         .iter()
         .enumerate()
         .skip(place.index.saturating_add(1))
-        .filter(|(_, next)| next.always || !place.after_failure)
+        .filter(|(_, next)| {
+            let vars = plain_variables(spec, next);
+            next.runs_in(&Scope {
+                env: &vars,
+                secrets: &spec.secrets,
+                outputs: Some(outputs),
+                state: place.state,
+            })
+        })
         .take(UPCOMING)
-        .map(|(index, next)| command_of(handle, spec, next, place.attempt, index, log))
+        .map(|(index, next)| {
+            let at = Place {
+                index,
+                resumed: None,
+                ..place
+            };
+            command_of(handle, spec, next, at, outputs, log)
+        })
         .collect();
     let started_at = place
         .resumed
@@ -282,6 +366,17 @@ async fn run_step(
     };
     let output_dropped_bytes = log.output_dropped().saturating_sub(dropped_before);
     let usage = log.take_usage();
+    // What the step wrote for later steps, unless its environment is gone.
+    let written = match (&step.id, recoverable || failure.is_none()) {
+        (Some(_), true) => Some(super::outputs::read(executor, handle, spec, step, log).await),
+        _ => None,
+    };
+    let masker = spec.masker();
+    let shown: BTreeMap<String, String> = written
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), masker.mask_str(v).into_owned()))
+        .collect();
     if let Some((peak, limit)) = usage.as_ref().and_then(crate::usage::StepUsage::near_limit) {
         log.line(&format!(
             "step {name}: its peak memory ({}) came within 10 % of the environment's memory limit ({}): a little more and the kernel kills it",
@@ -299,6 +394,7 @@ async fn run_step(
         failure: failure.clone(),
         output_dropped_bytes,
         usage,
+        outputs: shown.clone(),
     });
     let result = StepResult {
         name: name.clone(),
@@ -311,11 +407,12 @@ async fn run_step(
         failure: failure.clone(),
         output_dropped_bytes,
         usage,
+        outputs: shown,
     };
     let ending = match failure {
         None => StepEnding::Succeeded,
         Some(failure) if recoverable => StepEnding::Failed(failure),
         Some(failure) => StepEnding::Ended(failure),
     };
-    (result, ending)
+    (result, ending, written)
 }

@@ -55,6 +55,7 @@ fn finished(status: StepStatus, exit_code: Option<i32>, failure: Option<Failure>
         failure,
         output_dropped_bytes: 0,
         usage: None,
+        outputs: Default::default(),
     }
 }
 

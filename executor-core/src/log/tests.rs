@@ -119,6 +119,7 @@ async fn runner_lines_start_on_a_fresh_line() {
         failure: None,
         output_dropped_bytes: 0,
         usage: None,
+        outputs: Default::default(),
     });
     assert_eq!(
         mem.text(),

@@ -147,6 +147,7 @@ impl Mark {
                 failure,
                 output_dropped_bytes,
                 usage,
+                outputs,
                 ..
             } => {
                 let started_at = self.running.take().map(|r| r.started_at);
@@ -163,6 +164,7 @@ impl Mark {
                     failure: failure.clone(),
                     output_dropped_bytes: *output_dropped_bytes,
                     usage: *usage,
+                    outputs: outputs.clone(),
                 });
             }
             Event::StepSkipped { step, .. } => self.finished.push(StepResult::skipped(step)),

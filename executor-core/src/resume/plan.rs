@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::expr::{Condition, Template};
 use crate::mask::Secret;
 use crate::{CacheSpec, ExecutorError, RunSpec, Step, Trust};
 
@@ -98,6 +99,15 @@ pub struct PlannedStep {
     /// `Step::always`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub always: bool,
+    /// `Step::id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `Step::condition`, as it reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// `Step::inputs`, each template as it reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<(String, String)>,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -128,6 +138,13 @@ impl RunPlan {
                     timeout_ms: s.timeout.map(millis),
                     continue_on_error: s.continue_on_error,
                     always: s.always,
+                    id: s.id.clone(),
+                    condition: s.condition.as_ref().map(ToString::to_string),
+                    inputs: s
+                        .inputs
+                        .iter()
+                        .map(|(k, t)| (k.clone(), t.to_string()))
+                        .collect(),
                 })
                 .collect(),
             caches: spec.caches.clone(),
@@ -226,6 +243,15 @@ impl RunPlan {
                     .always(s.always);
                 step.env = s.env;
                 step.timeout = s.timeout_ms.map(Duration::from_millis);
+                step.id = s.id;
+                // The plan's digest vouches for what this runner wrote:
+                // each reads as it did.
+                step.condition = s.condition.and_then(|c| Condition::parse(&c).ok());
+                step.inputs = s
+                    .inputs
+                    .into_iter()
+                    .filter_map(|(k, t)| Template::parse(&t).ok().map(|t| (k, t)))
+                    .collect();
                 step
             })
             .collect();

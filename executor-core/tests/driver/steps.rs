@@ -32,7 +32,27 @@ async fn steps_see_standard_folders_then_run_then_step_variables() {
     mock.expect_command()
         .withf(|_, step, _, _| {
             let keys: Vec<&str> = step.env.iter().map(|(k, _)| k.as_str()).collect();
-            keys == ["WORK_DIR", "STEPS_DIR", "OUTPUTS_DIR", "R", "S"]
+            let runner = [
+                "CI",
+                "KNOTLESS_RUN_NAME",
+                "KNOTLESS_STEP_NAME",
+                "KNOTLESS_STEP_INDEX",
+                "KNOTLESS_ATTEMPT",
+                "KNOTLESS_JOB_STATUS",
+            ];
+            let value = |k: &str| {
+                step.env
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.as_str())
+            };
+            keys[..3] == ["WORK_DIR", "STEPS_DIR", "OUTPUTS_DIR"]
+                && keys[3..9] == runner
+                && keys[9..] == ["R", "S", "STEP_OUTPUT", "GITHUB_OUTPUT"]
+                && value("KNOTLESS_STEP_INDEX") == Some("0")
+                && value("KNOTLESS_ATTEMPT") == Some("1")
+                && value("KNOTLESS_JOB_STATUS") == Some("success")
+                && value("STEP_OUTPUT") == Some("/dev/null")
                 && step.argv() == ["sh", "-ec", "run a"]
         })
         .times(1)

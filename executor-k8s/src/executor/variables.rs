@@ -18,6 +18,9 @@ pub(super) struct PodVariables {
     by_value: HashMap<(String, String), String>,
     /// Every pod variable that holds one: a step sees none it did not ask for.
     pod_vars: Vec<String>,
+    /// The run's secret values: a value the pod does not hold travels in
+    /// the step's start only when it holds none of them.
+    secrets: Option<executor_core::Masker>,
 }
 
 impl PodVariables {
@@ -25,7 +28,10 @@ impl PodVariables {
     /// the standard folders and run variables under their own names, each
     /// step's variables under [`step_key`].
     pub(super) fn of(run: &RunSpec, handle: &RunHandle) -> Self {
-        let mut vars = PodVariables::default();
+        let mut vars = PodVariables {
+            secrets: Some(run.masker()),
+            ..PodVariables::default()
+        };
         let own = handle
             .standard_env()
             .into_iter()
@@ -48,6 +54,12 @@ impl PodVariables {
         self.by_value.insert((name, value), pod_var);
     }
 
+    fn holds_no_secret(&self, value: &str) -> bool {
+        self.secrets
+            .as_ref()
+            .is_none_or(|m| matches!(m.mask_str(value), std::borrow::Cow::Borrowed(_)))
+    }
+
     /// The shell words that give `step` exactly its variables: an export
     /// for each whose pod variable has another name, an unset for every
     /// pod variable it did not ask for.
@@ -68,11 +80,19 @@ impl PodVariables {
             match self.by_value.get(&key) {
                 Some(pod_var) if pod_var == name => {}
                 Some(pod_var) => prelude.push_str(&format!("export {name}=\"${pod_var}\"; ")),
+                // Known only as the step starts (the runner's variables, a
+                // value computed from earlier steps' outputs): it holds no
+                // secret, so it may travel in the start itself.
+                None if self.holds_no_secret(value) => prelude.push_str(&format!(
+                    "export {name}={}; ",
+                    executor_core::script::quote(value)
+                )),
                 None => {
                     return Err(ExecutorError::InvalidInput(format!(
                         "step {}: StepCommand::env {name} has a value the run was not started \
-                         with; the k8s executor carries variables in the run's Secret, set from \
-                         RunSpec::env and Step::env at start, never in an exec's command line",
+                         with, and it holds a secret; the k8s executor carries secrets in the \
+                         run's Secret, set from RunSpec::secrets at start, never in an exec's \
+                         command line: give the value as a secret of its own",
                         step.name
                     )))
                 }

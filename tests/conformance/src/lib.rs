@@ -45,6 +45,7 @@ use executor_core::{Executor, RunSpec};
 
 pub use cases::caches::*;
 pub use cases::durable::*;
+pub use cases::expressions::*;
 pub use cases::failures::*;
 pub use cases::files::*;
 pub use cases::flow::*;
@@ -194,6 +195,7 @@ macro_rules! conformance_tests {
             retry_never_follows_a_step_failure, a_step_that_ends_its_supervisor_is_not_retried,
             each_step_reports_what_it_cost,
             always_steps_run_after_a_failure_in_the_same_environment,
+            outputs_and_conditions_work_as_in_actions,
             a_service_is_reached_by_name_from_the_first_step,
             a_step_that_leaves_a_process_holding_its_output_ends_with_all_it_wrote);
         $crate::conformance_tests!(@needing $make; $attrs; [$($cut)?];

@@ -1,5 +1,6 @@
 pub mod caches;
 pub mod durable;
+pub mod expressions;
 pub mod failures;
 pub mod files;
 pub mod flow;
