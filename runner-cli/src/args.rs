@@ -125,12 +125,17 @@ pub struct RunArgs {
     /// Steps as TSV: `name<TAB>script` a line; `-` for standard input.
     #[arg(long, value_name = "FILE")]
     pub steps_file: Option<PathBuf>,
-    /// The run's steps, variables and caches as YAML, with GitHub Actions'
-    /// step keys (name, run, env, timeout-minutes, continue-on-error,
-    /// `if: always()`); `-` for standard input. Its variables and caches
-    /// come before --env-file, --env and --cache.
+    /// The run's steps, variables and caches as YAML: this runner's flat
+    /// form or a GitHub Actions workflow of `run:` steps (docs/running.md
+    /// lists what is taken); `-` for standard input. Its variables and
+    /// caches come before --env-file, --env and --cache; --image and
+    /// --timeout win over its container: and timeout-minutes.
     #[arg(long, value_name = "FILE")]
     pub workflow: Option<PathBuf>,
+    /// The job of --workflow to run, when its file has several under
+    /// `jobs:`.
+    #[arg(long, value_name = "NAME", requires = "workflow")]
+    pub job: Option<String>,
     /// Host folder that receives OUTPUTS_DIR.
     #[arg(long, default_value = "outputs")]
     pub outputs: PathBuf,

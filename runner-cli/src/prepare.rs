@@ -42,8 +42,11 @@ pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
         check_dir(steps, "--steps-dir")?;
     }
     let plan = plan_of(args)?;
+    for note in &plan.notes {
+        say!("runner-cli: --workflow {note}");
+    }
     let mut spec = RunSpec::new(&args.name, &args.runner, &args.workdir, &args.outputs);
-    spec.image = args.image.clone();
+    spec.image = args.image.clone().or(plan.image.clone());
     spec.steps_dir = args.steps_dir.clone();
     spec.steps = plan.steps;
     spec.env = plan.env;
@@ -54,6 +57,27 @@ pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
     spec.secrets = crate::secrets::from_environment(&args.secrets)?;
     spec.secrets
         .extend(crate::secrets::from_files(&args.secret_files)?);
+    for (name, place) in &plan.secrets {
+        if !spec.secrets.iter().any(|(k, _)| k == name) {
+            bail!(
+                "--workflow: {place} reads secrets.{name}, which this run was not given: give it \
+                 with --secret {name} (from this process's environment) or --secret-file"
+            );
+        }
+    }
+    for (alias, name) in &plan.secret_aliases {
+        let value = spec
+            .secrets
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone());
+        if let (Some(value), false) = (value, alias == name) {
+            if spec.secrets.iter().any(|(k, _)| k == alias) {
+                bail!("--workflow: {alias} is a secret given by a flag and one the file names; give it once");
+            }
+            spec.secrets.push((alias.clone(), value));
+        }
+    }
     // Before anything of the run is printed, errors about it included.
     crate::secrets::mask_from_now_on(&spec.masker());
     let flags = crate::services::ServiceFlags {
@@ -96,8 +120,9 @@ pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
             );
         }
     }
-    spec.run_timeout = args.timeout;
-    spec.step_timeout = args.step_timeout.unwrap_or(args.timeout);
+    // The tighter of the flag and the job's timeout-minutes.
+    spec.run_timeout = plan.timeout.map_or(args.timeout, |t| t.min(args.timeout));
+    spec.step_timeout = args.step_timeout.unwrap_or(spec.run_timeout);
     if matches!(args.executor, ExecutorKind::Docker | ExecutorKind::K8s) && spec.image.is_none() {
         bail!(
             "--image is required with --executor {}",
@@ -147,7 +172,8 @@ fn check_dir(path: &Path, flag: &str) -> anyhow::Result<()> {
 /// `--workflow` or `--steps-file`.
 pub(crate) fn plan_of(args: &RunArgs) -> anyhow::Result<Workflow> {
     if let Some(path) = &args.workflow {
-        return crate::workflow::read(path, stdin_text).context("--workflow");
+        return crate::workflow::read(path, args.job.as_deref(), args.image.as_deref(), stdin_text)
+            .context("--workflow");
     }
     let Some(path) = &args.steps_file else {
         bail!("give the steps with --workflow FILE or --steps-file FILE");

@@ -198,8 +198,8 @@ fn an_unknown_key_is_exit_2_naming_its_line_with_a_result() {
     let err = stderr(&out);
     assert!(
         err.contains("--workflow")
-            && err.contains("unknown field `uses`")
-            && err.contains("line 3"),
+            && err.contains("uses: at line 3 column 5")
+            && err.contains("runs `run:` steps only"),
         "{err}"
     );
     let result = case.result();
