@@ -263,3 +263,52 @@ fn the_readme_workflow_example_runs_as_written() {
         assert!(dir.path().join("out-wf/reports/greeting.txt").is_file());
     }
 }
+
+/// docs/running.md's Actions example, run as written: a job picked from
+/// two, an output read by a later step, the runner's variables.
+#[test]
+fn the_docs_actions_example_runs_as_written() {
+    let block = common::example("--workflow examples/actions.yaml");
+    let command = block.replace(
+        "cargo run -q -p runner-cli --",
+        env!("CARGO_BIN_EXE_runner-cli"),
+    );
+    let dir = common::beside_examples();
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(&command)
+        .current_dir(dir.path())
+        .env_remove("RUNNER_DID")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(code(&out), 0, "{}\n{stdout}", stderr(&out));
+    assert!(
+        stderr(&out).contains("jobs: checks: runs-on: ubuntu-latest is read and ignored"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stdout.contains("hello from v1.2 (step 1, CI=true)") && stdout.contains("job success"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("deploying"), "{stdout}");
+    let text = std::fs::read_to_string(dir.path().join("result-actions.json")).unwrap();
+    let result: RunResult = serde_json::from_str(&text).unwrap();
+    assert_valid_result(&result);
+    use StepStatus::{Failed, Skipped, Success};
+    assert_eq!(
+        statuses(&result),
+        [Success, Success, Failed, Skipped, Success]
+    );
+    assert_eq!(
+        result.steps[0].outputs.get("number").map(String::as_str),
+        Some("1.2")
+    );
+    assert!(dir.path().join("out-actions/greeting.txt").is_file());
+    assert!(!dir
+        .path()
+        .join("out-actions")
+        .join(executor_core::STEP_OUTPUTS_FOLDER)
+        .exists());
+}
