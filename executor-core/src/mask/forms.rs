@@ -31,6 +31,18 @@ pub(super) fn forms_of(value: &str) -> Vec<Vec<u8>> {
             add(base64_core(engine, bytes, align));
         }
     }
+    // A value that ends the blob also decides the blob's last character
+    // (its bits past the value are zero) and the padding after it.
+    for engine in [
+        &base64::engine::general_purpose::STANDARD,
+        &base64::engine::general_purpose::URL_SAFE,
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ] {
+        for align in 0..3usize {
+            add(base64_end(engine, bytes, align));
+        }
+    }
     add(hex::encode(bytes).into_bytes());
     add(hex::encode_upper(bytes).into_bytes());
     // Each URL encoder a step may pass a value through, with escapes in
@@ -92,6 +104,17 @@ fn base64_core(engine: &impl base64::Engine, value: &[u8], align: usize) -> Vec<
         .get(first..end)
         .map(<[u8]>::to_vec)
         .unwrap_or_default()
+}
+
+/// The base64 characters from the first that depends only on `value` to
+/// the blob's end, padding included, when `value` ends a blob it starts
+/// `align` bytes into.
+fn base64_end(engine: &impl base64::Engine, value: &[u8], align: usize) -> Vec<u8> {
+    let mut padded = vec![0u8; align];
+    padded.extend_from_slice(value);
+    let encoded = engine.encode(&padded).into_bytes();
+    let first = (8 * align).div_ceil(6);
+    encoded.get(first..).map(<[u8]>::to_vec).unwrap_or_default()
 }
 
 /// `value` percent-encoded as `style` writes it: every byte but RFC

@@ -68,6 +68,22 @@ fn a_value_inside_a_larger_base64_blob_is_masked_at_every_alignment() {
 }
 
 #[test]
+fn a_value_that_ends_a_base64_blob_leaves_no_tail_after_the_mask() {
+    let m = masker();
+    for prefix in ["", "a", "ab", "abc"] {
+        let blob = format!("{prefix}user:{VALUE}");
+        for engine in [
+            &base64::engine::general_purpose::STANDARD,
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        ] {
+            let encoded = engine.encode(&blob);
+            let masked = m.mask_str(&encoded).into_owned();
+            assert!(masked.ends_with(MASK), "{blob:?} -> {encoded} -> {masked}");
+        }
+    }
+}
+
+#[test]
 fn a_url_path_form_that_keeps_its_slashes_is_masked() {
     // As Python's urllib.parse.quote writes it: `/` stays, `+` goes.
     let m = masker();

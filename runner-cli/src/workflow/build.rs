@@ -109,6 +109,16 @@ fn refine(err: serde_yaml_ng::Error, text: &str) -> anyhow::Error {
             return anyhow!("{key}: at {at}: {RUN_STEPS_ONLY}");
         }
     }
+    // serde places nothing at the top of the file: the key is found there.
+    if let (None, Some(key)) = (
+        err.location(),
+        message
+            .split("unknown field `")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next()),
+    ) {
+        return anyhow!("{message}, at {}", locate(text, &format!("{key}:"), 1));
+    }
     anyhow::Error::new(err)
 }
 

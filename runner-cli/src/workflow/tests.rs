@@ -72,6 +72,16 @@ fn an_unknown_key_is_refused_with_its_line() {
 }
 
 #[test]
+fn an_unknown_top_level_key_has_its_line_and_column() {
+    let err = read("env:\n  A: 1\nstepz:\n  - run: x\n").unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("unknown field `stepz`") && text.contains("at line 3 column 1"),
+        "{text}"
+    );
+}
+
+#[test]
 fn uses_and_strategy_say_this_runner_runs_run_steps_only() {
     for (yaml, says) in [
         (
