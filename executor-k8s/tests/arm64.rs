@@ -5,49 +5,12 @@
 
 mod common;
 
+use common::arm64::Arm64;
+use executor_conformance::conformance_tests;
 use executor_conformance::fixture::{assert_nothing_left, run_to_end, Fixture};
-use executor_conformance::{conformance_tests, Backend};
-use executor_core::{Executor, RunSpec, RunStatus, Step, StepIsolation};
+use executor_core::{RunStatus, Step, StepIsolation};
 use executor_k8s::K8sOptions;
 use kube_testcluster::ClusterOptions;
-
-fn image() -> String {
-    std::env::var("KNOTLESS_TEST_IMAGE_ARM64")
-        .ok()
-        .filter(|i| !i.is_empty())
-        .unwrap_or_else(|| "knotless-busybox-arm64:local".into())
-}
-
-/// The test cluster's backend, its runs on the arm64 image.
-struct Arm64(common::K8s);
-
-#[async_trait::async_trait]
-impl Backend for Arm64 {
-    fn executor(&self) -> &dyn Executor {
-        self.0.executor()
-    }
-    fn image(&self) -> Option<String> {
-        Some(image())
-    }
-    fn services(&self) -> bool {
-        true
-    }
-    fn adjust(&self, spec: &mut RunSpec) {
-        self.0.adjust(spec)
-    }
-    async fn leftovers(&self, runner: &str) -> Vec<String> {
-        self.0.leftovers(runner).await
-    }
-    async fn lose_environment(&self, runner: &str) -> bool {
-        self.0.lose_environment(runner).await
-    }
-    async fn cut_streams_after(&self, bytes: &[u64]) -> bool {
-        self.0.cut_streams_after(bytes).await
-    }
-    async fn another_runner(&self) -> Option<Box<dyn Executor>> {
-        self.0.another_runner().await
-    }
-}
 
 async fn arm64() -> Arm64 {
     Arm64(common::K8s::start(ClusterOptions::default(), common::options()).await)

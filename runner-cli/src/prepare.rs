@@ -9,8 +9,18 @@ use executor_core::{read_steps_file, RunSpec};
 use crate::args::{ExecutorKind, RunArgs};
 use crate::workflow::Workflow;
 
+/// A run's spec, and what its workflow file adds to the flags.
+pub(crate) struct Prepared {
+    pub(crate) spec: RunSpec,
+    /// What the workflow file says that the run reads and does not
+    /// follow, for the run log's first lines.
+    pub(crate) notes: Vec<String>,
+    /// The job's `container: options:`, as this runner's flags.
+    pub(crate) container_flags: Vec<String>,
+}
+
 /// Checks every input before anything runs; the message names the flag.
-pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
+pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
     crate::foreign::refuse(args).map_err(anyhow::Error::msg)?;
     let on_stdout: Vec<&str> = [
         ("--log", args.log == "-"),
@@ -137,7 +147,38 @@ pub(crate) fn prepare(args: &RunArgs) -> anyhow::Result<RunSpec> {
         );
     }
     spec.check_folders()?;
-    Ok(spec)
+    let notes = plan
+        .notes
+        .iter()
+        .map(|n| format!("--workflow {n}"))
+        .collect();
+    Ok(Prepared {
+        spec,
+        notes,
+        container_flags: plan.container_flags,
+    })
+}
+
+/// The run's flags with a workflow file's `container: options:` given
+/// after the command line's own, read as clap reads them; `None` when
+/// there are none.
+pub(crate) fn with_container_flags(flags: &[String]) -> anyhow::Result<Option<RunArgs>> {
+    if flags.is_empty() {
+        return Ok(None);
+    }
+    let argv = std::env::args_os().chain(flags.iter().map(Into::into));
+    let parsed = <crate::Cli as clap::Parser>::try_parse_from(argv).map_err(|e| {
+        let first = e.to_string().lines().next().unwrap_or("").to_string();
+        anyhow::anyhow!("--workflow container: options {}: {first}", flags.join(" "))
+    })?;
+    match parsed.command {
+        crate::args::Command::Run(args) => {
+            crate::foreign::refuse(&args)
+                .map_err(|e| anyhow::anyhow!("--workflow container: options: {e}"))?;
+            Ok(Some(*args))
+        }
+        _ => bail!("--workflow container: options: not a run"),
+    }
 }
 
 /// Each place the run writes to can be written, before anything starts:

@@ -37,8 +37,12 @@ pub async fn run(args: RunArgs) -> i32 {
         }
         Err(err) => tracing::warn!(%err, "cannot listen for signals"),
     }
-    let spec = match prepare(&args) {
-        Ok(spec) => spec,
+    let prepared = prepare(&args).and_then(|p| {
+        let flags = crate::prepare::with_container_flags(&p.container_flags)?;
+        Ok((p, flags))
+    });
+    let (spec, notes, args) = match prepared {
+        Ok((prepared, with_flags)) => (prepared.spec, prepared.notes, with_flags.unwrap_or(args)),
         Err(err) => {
             say!("runner-cli: {err:#}");
             if !args.dry_run {
@@ -107,6 +111,9 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     if args.timestamps {
         log.timestamps();
+    }
+    for note in &notes {
+        log.line(note);
     }
     log.limit_output(args.log_limit.0);
     log.reword(std::sync::Arc::new(|text: &str| {

@@ -72,6 +72,8 @@ pub struct Workflow {
     /// What the file says that this runner reads and does not follow
     /// (`runs-on:`), for the run's first lines.
     pub notes: Vec<String>,
+    /// The job's `container: options:` as this runner's own flags.
+    pub container_flags: Vec<String>,
 }
 
 /// Reads the workflow file at `path`; `-` is standard input, read by

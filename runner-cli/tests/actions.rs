@@ -157,6 +157,7 @@ fn check_the_run(dir: &Path, out: &Output, log: &str) {
     assert_eq!(result.steps[3].exit_code, Some(127));
     assert_eq!(result.steps[4].exit_code, Some(3));
     for line in [
+        "==> --workflow jobs: test: runs-on: ubuntu-latest is read and ignored",
         "in /work/src",
         "ci=true step=#1 run echo \"in $(pwd)\" index=0 attempt=1 run=actions",
         &format!("title: {TITLE}"),
@@ -218,4 +219,61 @@ async fn an_actions_file_runs_unchanged_on_the_test_cluster() {
     .await
     .unwrap();
     check_the_run(dir.path(), &out, &log);
+}
+
+/// `container: options:` are this runner's own flags of the same names:
+/// taken on Docker, and on the shell executor refused as Docker's.
+#[test]
+fn container_options_are_the_runners_own_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("checkout")).unwrap();
+    let file = format!(
+        "jobs:\n  t:\n    container:\n      image: {}\n      options: --add-host knotless-test:10.1.2.3 --cap-drop NET_RAW\n    steps:\n      - run: grep knotless-test /etc/hosts\n",
+        image()
+    );
+    std::fs::write(dir.path().join("ci.yaml"), file).unwrap();
+    let run = |executor: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_runner-cli"))
+            .env_remove("RUNNER_DID")
+            .args([
+                "run",
+                "--executor",
+                executor,
+                "--name",
+                "options",
+                "--runner",
+            ])
+            .arg(format!("did:plc:options-{}", std::process::id()))
+            .arg("--workflow")
+            .arg(dir.path().join("ci.yaml"))
+            .arg("--workdir")
+            .arg(dir.path().join("checkout"))
+            .arg("--outputs")
+            .arg(dir.path().join("outputs"))
+            .arg("--result")
+            .arg(dir.path().join("result.json"))
+            .args(if executor == "docker" {
+                &["--pull", "never"][..]
+            } else {
+                &[][..]
+            })
+            .output()
+            .unwrap()
+    };
+    let out = run("docker");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("10.1.2.3") && stdout.contains("knotless-test"),
+        "{stdout}"
+    );
+    let out = run("shell");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("container: options"), "{stderr}");
 }

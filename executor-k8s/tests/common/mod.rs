@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod arm64;
+
 use std::time::Duration;
 
 use executor_conformance::Backend;

@@ -215,11 +215,12 @@ fn header(
             ContainerEntry::Full(full) => (full.image, full.env, full.options),
         };
         if let Some(options) = options.filter(|o| !o.trim().is_empty()) {
-            bail!(
-                "{at}: container: options: at {}: {options:?} is not taken: give the runner's own flags \
-                 instead (--memory, --cpus, --user, --privileged with --executor docker)",
-                locate(text, "options:", from)
-            );
+            workflow.container_flags = container_flags(&options).map_err(|e| {
+                anyhow!(
+                    "{at}: container: options: at {}: {e}",
+                    locate(text, "options:", from)
+                )
+            })?;
         }
         workflow.image = Some(image);
         variables(
@@ -234,6 +235,55 @@ fn header(
         workflow.timeout = Some(minutes_of(minutes).with_context(|| at.to_string())?);
     }
     Ok(job)
+}
+
+/// The flags of `docker run` a job's `container: options:` may give, as
+/// this runner has them (the Docker executor's).
+const CONTAINER_FLAGS: [&str; 13] = [
+    "--memory",
+    "--cpus",
+    "--network",
+    "--user",
+    "--cap-drop",
+    "--read-only",
+    "--volume",
+    "--privileged",
+    "--runtime",
+    "--shm-size",
+    "--add-host",
+    "--dns",
+    "--device",
+];
+
+/// `container: options:` as this runner's flags: each one a flag of
+/// `docker run` this runner has under the same name.
+fn container_flags(options: &str) -> Result<Vec<String>, String> {
+    let words =
+        shlex::split(options).ok_or_else(|| format!("{options:?} has an unclosed quote"))?;
+    for word in words.iter().filter(|w| w.starts_with('-')) {
+        let flag = word.split('=').next().unwrap_or(word);
+        let flag = match flag {
+            "-v" => "--volume",
+            "-m" => "--memory",
+            "-u" => "--user",
+            other => other,
+        };
+        if !CONTAINER_FLAGS.contains(&flag) {
+            return Err(format!(
+                "{word} is not a flag this runner has; it takes {}",
+                CONTAINER_FLAGS.join(", ")
+            ));
+        }
+    }
+    Ok(words
+        .into_iter()
+        .map(|w| match w.as_str() {
+            "-v" => "--volume".to_string(),
+            "-m" => "--memory".to_string(),
+            "-u" => "--user".to_string(),
+            _ => w,
+        })
+        .collect())
 }
 
 fn describe(value: &serde_yaml_ng::Value) -> String {

@@ -243,8 +243,8 @@ fn refused_constructs_have_their_line_and_column() {
             "A: at line 4 column 14: matrix.os is not taken",
         ),
         (
-            "jobs:\n  t:\n    container:\n      image: x\n      options: --cpus 2\n    steps:\n      - run: x\n",
-            "options: at line 5 column 7",
+            "jobs:\n  t:\n    container:\n      image: x\n      options: --cpus 2 --entrypoint sh\n    steps:\n      - run: x\n",
+            "options: at line 5 column 7: --entrypoint is not a flag this runner has",
         ),
         (
             "steps:\n  - id: 1st\n    run: x\n",
