@@ -50,6 +50,26 @@ pub fn step_key(step: usize, key: &str) -> String {
     format!("KNOTLESS_S{step}_{key}")
 }
 
+/// The variables of the step at `index` the run's Secret holds under
+/// [`step_key`]: its own, and those of the runner's that hold one of the
+/// run's secrets (a step named after one), which must not travel in the
+/// step's start.
+pub(crate) fn held_step_variables(run: &RunSpec, index: usize) -> Vec<(String, String)> {
+    let masker = run.masker();
+    let own = run
+        .steps
+        .get(index)
+        .map(|s| s.env.clone())
+        .unwrap_or_default();
+    own.into_iter()
+        .chain(
+            run.runner_variables(index)
+                .into_iter()
+                .filter(|(_, v)| matches!(masker.mask_str(v), std::borrow::Cow::Owned(_))),
+        )
+        .collect()
+}
+
 /// Builds the run's Job and Secret. `suffix` makes the name unique;
 /// `native_sidecars` says the server runs init containers with
 /// `restartPolicy: Always` as sidecars (v1.29 and later), which is how the
@@ -82,9 +102,9 @@ pub fn objects(
     for (key, value) in &run.secrets {
         data.insert(key.clone(), value.expose().to_string());
     }
-    for (i, step) in run.steps.iter().enumerate() {
-        for (key, value) in &step.env {
-            data.insert(step_key(i, key), value.clone());
+    for i in 0..run.steps.len() {
+        for (key, value) in held_step_variables(run, i) {
+            data.insert(step_key(i, &key), value);
         }
     }
     let secret = (!data.is_empty()).then(|| {

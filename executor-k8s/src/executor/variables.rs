@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use executor_core::{ExecutorError, RunHandle, RunSpec, StepCommand};
 
-use crate::job::step_key;
+use crate::job::{held_step_variables, step_key};
 
 /// The variables a run's pod holds for its steps, put there at start (the
 /// run's Secret and the container's own environment): a step's variables
@@ -39,9 +39,10 @@ impl PodVariables {
         for (name, value) in own {
             vars.hold(name.clone(), value, name);
         }
-        for (i, step) in run.steps.iter().enumerate() {
-            for (name, value) in &step.env {
-                vars.hold(name.clone(), value.clone(), step_key(i, name));
+        for i in 0..run.steps.len() {
+            for (name, value) in held_step_variables(run, i) {
+                let key = step_key(i, &name);
+                vars.hold(name, value, key);
             }
         }
         vars

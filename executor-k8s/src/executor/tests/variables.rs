@@ -46,16 +46,57 @@ async fn a_step_gets_exactly_its_variables_by_name_never_their_values() {
 }
 
 #[tokio::test]
-async fn a_step_variable_the_run_was_not_started_with_is_refused_before_any_exec() {
+async fn a_step_variable_the_run_was_not_started_with_holding_a_secret_is_refused_before_any_exec()
+{
+    let spec = RunSpec::new("r", "did:plc:r", ".", "out")
+        .secret("TOKEN", executor_core::Secret::new("v4lu3-x-secret"))
+        .step(Step::new("s", "make"));
     let mut cluster = MockCluster::new();
     cluster.expect_exec().times(0);
-    let executor = live(cluster);
-    let err = run_step(&executor, vec![("NEW".into(), "v4lu3-x".into())])
-        .await
-        .unwrap_err();
+    let executor = live_from(cluster, &spec);
+    let err = run_step(
+        &executor,
+        vec![("NEW".into(), "Bearer v4lu3-x-secret".into())],
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, ExecutorError::InvalidInput(_)), "{err}");
     assert!(err.to_string().contains("StepCommand::env NEW"), "{err}");
     assert!(!err.to_string().contains("v4lu3-x"), "{err}");
+}
+
+/// A value known only as the step starts (an earlier step's output, the
+/// runner's variables) that holds no secret travels in the start, quoted.
+#[tokio::test]
+async fn a_computed_value_without_a_secret_travels_in_the_start_quoted() {
+    let spec = RunSpec::new("r", "did:plc:r", ".", "out").step(Step::new("s", "make"));
+    let started = Stdin::default();
+    let seen = started.clone();
+    let mut cluster = MockCluster::new();
+    cluster
+        .expect_exec()
+        .times(1)
+        .returning(move |_, _, _, _| Ok(scripted(true, "", Ended::Exited(0), &seen)));
+    let executor = live_from(cluster, &spec);
+    run_step(&executor, vec![("OUT".into(), "it's $(x)".into())])
+        .await
+        .unwrap();
+    let line = String::from_utf8(started.lock().unwrap().clone()).unwrap();
+    let native = line
+        .lines()
+        .find_map(|l| l.strip_prefix("#knotless-native "))
+        .map(|h| {
+            let h = h.trim();
+            let bytes: Vec<u8> = (0..h.len() / 2)
+                .filter_map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+        .unwrap_or_default();
+    assert!(
+        native.contains("export OUT='it'\\''s $(x)'; "),
+        "{native:?}"
+    );
 }
 
 #[tokio::test]

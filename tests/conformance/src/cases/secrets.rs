@@ -54,7 +54,7 @@ rm "$WORK_DIR/.pattern"
         .step(Step::new(
             "next",
             r#"if [ -n "${OWN_VAR:-}" ]; then echo "OWN_VAR leaked into the next step"; exit 1; fi
-if env | grep -q KNOTLESS_S; then echo "a step variable leaked under its Secret key"; exit 1; fi
+if env | grep -q "^KNOTLESS_S[0-9]"; then echo "a step variable leaked under its Secret key"; exit 1; fi
 echo "second step sees a token of ${#DEPLOY_TOKEN} characters""#,
         ))
         .step(Step::new(format!("named {VALUE}"), "exit 3"));
