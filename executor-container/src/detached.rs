@@ -306,7 +306,8 @@ pub async fn run_step_released(
                     "the step's stream broke ({why}); following it on from byte {} of stdout and {} of stderr (cut {cuts})",
                     from.stdout, from.stderr
                 ));
-                tracing::warn!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
+                // The run log says it; a raw line on stderr would say it twice.
+                tracing::debug!(%why, cuts, stdout = from.stdout, stderr = from.stderr, "following a step whose stream broke");
             }
         }
         // A follow that ends again and again at once, with nothing new

@@ -250,9 +250,10 @@ async fn report_events(
     log: &RunLog,
 ) {
     let Some(pod) = pod else { return };
-    let Ok(events) = cluster.pod_events(pod).await else {
+    let Ok(mut events) = cluster.pod_events(pod).await else {
         return;
     };
+    in_servers_order(&mut events);
     for e in events {
         let key = e.metadata.name.clone().unwrap_or_default();
         if seen.insert(key) {
@@ -264,6 +265,28 @@ async fn report_events(
             ));
         }
     }
+}
+
+/// Sorts events as the server wrote them: by resource version (its write
+/// order), then by time. A list is in the store's key order, which is by
+/// name, not by when: `Pulled` could come before `Scheduled`.
+pub(crate) fn in_servers_order(events: &mut [k8s_openapi::api::core::v1::Event]) {
+    events.sort_by_cached_key(|e| {
+        let version = e
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(u64::MAX);
+        let time = e
+            .event_time
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .or_else(|| e.last_timestamp.as_ref().map(|t| t.0.to_string()))
+            .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.to_string()))
+            .unwrap_or_default();
+        (version, time)
+    });
 }
 
 /// Waits until no pod matches `selector`, within `timeout`.

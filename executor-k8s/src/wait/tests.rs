@@ -224,3 +224,26 @@ async fn gone_and_fate_share_the_wait() {
 fn pod(value: serde_json::Value) -> Pod {
     serde_json::from_value(value).unwrap()
 }
+
+#[test]
+fn events_are_told_in_the_order_the_server_wrote_them() {
+    let event = |name: &str, version: &str| -> k8s_openapi::api::core::v1::Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "resourceVersion": version},
+            "involvedObject": {}, "reason": name
+        }))
+        .unwrap()
+    };
+    let mut events = vec![
+        event("p.pulled", "12"),
+        event("p.scheduled", "9"),
+        event("p.started", "130"),
+        event("p.created", "100"),
+    ];
+    super::in_servers_order(&mut events);
+    let names: Vec<_> = events
+        .iter()
+        .map(|e| e.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["p.scheduled", "p.pulled", "p.created", "p.started"]);
+}

@@ -287,8 +287,13 @@ pub(crate) fn record_event(
         .as_str()
         .unwrap_or("default");
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    // As client-go's recorder names one: the object's name and the time in
+    // nanoseconds, in hex.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     let event = json!({
-        "metadata": {"name": format!("{name}.{:016x}", crate::tls::random_u64())},
+        "metadata": {"name": format!("{name}.{nanos:x}")},
         "involvedObject": {
             "kind": object_kind, "namespace": ns, "name": name, "apiVersion": api_version,
             "uid": object["metadata"]["uid"],
