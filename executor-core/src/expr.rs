@@ -246,9 +246,10 @@ impl Node {
             Node::Success | Node::Failure | Node::Always | Node::Cancelled => true,
             Node::Not(inner) => inner.names_status(),
             Node::And(a, b) | Node::Or(a, b) => a.names_status() || b.names_status(),
-            Node::Compare { left, right, .. } => {
-                *left == Value::JobStatus || *right == Value::JobStatus
-            }
+            // As in Actions, `job.status` is a value, not a status check:
+            // `job.status == 'failure'` alone holds only while the run
+            // succeeds, so never.
+            Node::Compare { .. } => false,
         }
     }
 

@@ -49,8 +49,11 @@ fn a_comparison_alone_holds_only_while_the_run_succeeds() {
     let cond = Condition::parse("env.KIND == 'release'").unwrap();
     assert!(cond.holds(&scope_with(&env, &none, RunState::Succeeded)));
     assert!(!cond.holds(&scope_with(&env, &none, RunState::Failed)));
-    // job.status names the status itself.
+    // job.status is a value, not a status check (as in Actions): alone
+    // it is read after an implicit success().
     let cond = Condition::parse("job.status == 'failure'").unwrap();
+    assert!(!cond.holds(&scope_with(&env, &none, RunState::Failed)));
+    let cond = Condition::parse("always() && job.status == 'failure'").unwrap();
     assert!(cond.holds(&scope_with(&env, &none, RunState::Failed)));
     let cond = Condition::parse("env.KIND != 'release' || failure()").unwrap();
     assert!(!cond.holds(&scope_with(&env, &none, RunState::Succeeded)));
