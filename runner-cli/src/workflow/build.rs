@@ -222,6 +222,12 @@ fn header(
                 )
             })?;
         }
+        if image.contains("${{") {
+            bail!(
+                "{at}: container: image: at {}: an image is plain text here",
+                locate(text, &image, from)
+            );
+        }
         workflow.image = Some(image);
         variables(
             env,
@@ -326,6 +332,12 @@ fn step_of(
     let Some(run) = entry.run else {
         bail!("{at}: it has no run: script");
     };
+    if let Some(name) = entry.name.as_deref().filter(|n| n.contains("${{")) {
+        bail!(
+            "{at}: name: at {}: a step's name is plain text here (it names the step in the log and the result)",
+            locate(text, name, from)
+        );
+    }
     let name = entry
         .name
         .clone()

@@ -247,6 +247,14 @@ fn refused_constructs_have_their_line_and_column() {
             "options: at line 5 column 7: --entrypoint is not a flag this runner has",
         ),
         (
+            "steps:\n  - name: build ${{ matrix.os }}\n    run: x\n",
+            "name: at line 2 column 11: a step's name is plain text",
+        ),
+        (
+            "jobs:\n  t:\n    container: ${{ env.IMAGE }}\n    steps:\n      - run: x\n",
+            "container: image: at line 3 column 16",
+        ),
+        (
             "steps:\n  - id: 1st\n    run: x\n",
             "id: \"1st\" at line 2 column 5",
         ),
