@@ -13,14 +13,18 @@ use crate::Backend;
 /// cancels mid-step.
 const RUNS: usize = 10;
 const CANCELLED: usize = 3;
+/// What one more run's step prints while the others wait: 32 MiB of
+/// lines, as fast as the environment can write them.
+const FLOOD: u64 = 32 << 20;
 
 /// Ten runs at once through one executor (one client and its pool of
 /// connections): once every run's second step runs, three are cancelled
 /// and `outage` happens (the backend's own: an API server down, an
 /// engine that refuses connections; a backend whose outage the
 /// cancelled runs' removals set off passes a future that does nothing).
-/// The cancelled runs end `cancelled`; every other run succeeds with each
-/// of its lines once; nothing of any is left. Returns the runs' logs, for
+/// One more run floods its output meanwhile. The cancelled runs end
+/// `cancelled`; every other run succeeds with each of its lines once, the
+/// flooding one with every byte; nothing of any is left. Returns the runs' logs, for
 /// the caller to see the outage was met.
 pub async fn many_runs_ride_out_an_outage_and_a_cancel<F>(
     backend: &dyn Backend,
@@ -37,7 +41,7 @@ where
             fx
         })
         .collect();
-    let specs: Vec<_> = fixtures
+    let mut specs: Vec<_> = fixtures
         .iter()
         .enumerate()
         .map(|(i, fx)| {
@@ -49,8 +53,14 @@ where
                 ))
         })
         .collect();
-    let logs: Vec<WatchedLog> = (0..RUNS).map(|_| WatchedLog::default()).collect();
-    let cancels: Vec<CancellationToken> = (0..RUNS).map(|_| CancellationToken::new()).collect();
+    let mut flooding = Fixture::new("manyflood");
+    flooding.runner.clone_from(&first.runner);
+    specs.push(flooding.spec(backend, "many-flood").step(Step::new(
+        "flood",
+        format!("echo run-{RUNS}-waiting; yes 0123456789abcdefghijklmnopqrstu | head -c {FLOOD}"),
+    )));
+    let logs: Vec<WatchedLog> = specs.iter().map(|_| WatchedLog::default()).collect();
+    let cancels: Vec<CancellationToken> = specs.iter().map(|_| CancellationToken::new()).collect();
     let runs = futures_util::future::join_all(
         specs
             .iter()
@@ -70,6 +80,19 @@ where
     let (results, ()) = tokio::join!(runs, control);
     for (i, (result, log)) in results.iter().zip(&logs).enumerate() {
         let text = log.text();
+        if i == RUNS {
+            assert_eq!(
+                result.status,
+                RunStatus::Success,
+                "the flooding run: {text}"
+            );
+            assert!(
+                log.total() >= FLOOD,
+                "the flooding run's log holds {} bytes",
+                log.total()
+            );
+            continue;
+        }
         if i < CANCELLED {
             assert_eq!(result.status, RunStatus::Cancelled, "run {i}: {text}");
             assert_eq!(
