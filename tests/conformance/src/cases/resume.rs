@@ -99,7 +99,13 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
     let fx = Fixture::new("resumed");
     let spec = fx
         .spec(backend, "resumed")
-        .step(Step::new("before", "echo before > before.txt"))
+        .step(
+            Step::new(
+                "before",
+                "echo before > before.txt; echo v=from-before >> \"$STEP_OUTPUT\"",
+            )
+            .id("before"),
+        )
         .step(Step::new(
             "slow",
             // The step's own pace: 60 ticks a tenth of a second apart, so
@@ -107,7 +113,14 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
             "i=1; while [ $i -le 60 ]; do echo tick-$i; echo err-$i >&2; \
              sleep 0.1; i=$((i+1)); done; cat before.txt > \"$OUTPUTS_DIR/seen.txt\"",
         ))
-        .step(Step::new("after", "echo after-ran; exit 3"));
+        // What an earlier runner's step wrote is read again by the resumed one.
+        .step(
+            Step::new("after", "echo \"after-ran $V\"; exit 3").input(
+                "V",
+                executor_core::expr::Template::parse("${{ steps.before.outputs.v }}")
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ),
+        );
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let path = dir.path().join("run.log");
     let log = RunLog::create_resumable(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -144,6 +157,7 @@ pub async fn a_killed_runner_is_resumed_with_the_right_result(backend: &dyn Back
         result.failure.as_ref().map(|f| f.kind),
         Some(FailureKind::Step)
     );
+    assert!(text.contains("after-ran from-before"), "{text}");
     for stream in ["tick", "err"] {
         let lines: Vec<&str> = text
             .lines()
