@@ -52,10 +52,13 @@ pub fn step_key(step: usize, key: &str) -> String {
 
 /// The variables of the step at `index` the run's Secret holds under
 /// [`step_key`]: its own, and those of the runner's that hold one of the
-/// run's secrets (a step named after one), which must not travel in the
+/// run's `secrets` (a step named after one), which must not travel in the
 /// step's start.
-pub(crate) fn held_step_variables(run: &RunSpec, index: usize) -> Vec<(String, String)> {
-    let masker = run.masker();
+pub(crate) fn held_step_variables(
+    run: &RunSpec,
+    index: usize,
+    secrets: &executor_core::Masker,
+) -> Vec<(String, String)> {
     let own = run
         .steps
         .get(index)
@@ -65,7 +68,7 @@ pub(crate) fn held_step_variables(run: &RunSpec, index: usize) -> Vec<(String, S
         .chain(
             run.runner_variables(index)
                 .into_iter()
-                .filter(|(_, v)| matches!(masker.mask_str(v), std::borrow::Cow::Owned(_))),
+                .filter(|(_, v)| matches!(secrets.mask_str(v), std::borrow::Cow::Owned(_))),
         )
         .collect()
 }
@@ -102,8 +105,9 @@ pub fn objects(
     for (key, value) in &run.secrets {
         data.insert(key.clone(), value.expose().to_string());
     }
+    let secrets = run.masker();
     for i in 0..run.steps.len() {
-        for (key, value) in held_step_variables(run, i) {
+        for (key, value) in held_step_variables(run, i, &secrets) {
             data.insert(step_key(i, &key), value);
         }
     }

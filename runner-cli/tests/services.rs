@@ -199,19 +199,9 @@ fn a_docker_dry_run_shows_the_service_and_never_its_variables() {
 )]
 #[test]
 fn the_readme_services_example_runs_as_written() {
-    let block = common::example("--service web=");
-    let command = block.replace(
-        "cargo run -q -p runner-cli --",
-        env!("CARGO_BIN_EXE_runner-cli"),
-    );
+    let command = common::example_command("--service web=");
     let dir = common::beside_examples();
-    let out = Command::new("sh")
-        .arg("-ec")
-        .arg(&command)
-        .current_dir(dir.path())
-        .env_remove("RUNNER_DID")
-        .output()
-        .unwrap();
+    let out = common::run_as_written(&command, dir.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

@@ -226,22 +226,12 @@ fn workflow_and_steps_file_are_one_or_the_other() {
 /// `cargo run`), in a folder where `examples` is the project's.
 #[test]
 fn the_readme_workflow_example_runs_as_written() {
-    let block = common::example("--workflow examples/workflow.yaml");
-    let command = block.replace(
-        "cargo run -q -p runner-cli --",
-        env!("CARGO_BIN_EXE_runner-cli"),
-    );
+    let command = common::example_command("--workflow examples/workflow.yaml");
     let dir = common::beside_examples();
     for _ in 0..2 {
         // Twice in a row, as a user who tries it again does: the second
         // run replaces the outputs the first one left.
-        let out = Command::new("sh")
-            .arg("-ec")
-            .arg(&command)
-            .current_dir(dir.path())
-            .env_remove("RUNNER_DID")
-            .output()
-            .unwrap();
+        let out = common::run_as_written(&command, dir.path());
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(code(&out), 0, "{}\n{stdout}", stderr(&out));
         assert!(
@@ -268,19 +258,9 @@ fn the_readme_workflow_example_runs_as_written() {
 /// two, an output read by a later step, the runner's variables.
 #[test]
 fn the_docs_actions_example_runs_as_written() {
-    let block = common::example("--workflow examples/actions.yaml");
-    let command = block.replace(
-        "cargo run -q -p runner-cli --",
-        env!("CARGO_BIN_EXE_runner-cli"),
-    );
+    let command = common::example_command("--workflow examples/actions.yaml");
     let dir = common::beside_examples();
-    let out = Command::new("sh")
-        .arg("-ec")
-        .arg(&command)
-        .current_dir(dir.path())
-        .env_remove("RUNNER_DID")
-        .output()
-        .unwrap();
+    let out = common::run_as_written(&command, dir.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(code(&out), 0, "{}\n{stdout}", stderr(&out));
     assert!(

@@ -81,14 +81,7 @@ pub(super) async fn run_steps(
         } else {
             RunState::Succeeded
         };
-        let vars = plain_variables(spec, step);
-        let scope = Scope {
-            env: &vars,
-            secrets: &spec.secrets,
-            outputs: Some(&outputs),
-            state,
-        };
-        if !step.runs_in(&scope) {
+        if !runs(spec, step, &outputs, state) {
             log.emit(Event::StepSkipped {
                 at: OffsetDateTime::now_utc(),
                 attempt: steps.attempt,
@@ -164,6 +157,29 @@ fn plain_variables(spec: &RunSpec, step: &crate::Step) -> Vec<(String, String)> 
     spec.env.iter().chain(&step.env).cloned().collect()
 }
 
+/// What a step's condition and inputs are read against: `vars` (its
+/// [`plain_variables`]), the run's secrets, earlier outputs, how the run
+/// stands.
+fn scope_of<'a>(
+    spec: &'a RunSpec,
+    vars: &'a [(String, String)],
+    outputs: &'a Outputs,
+    state: RunState,
+) -> Scope<'a> {
+    Scope {
+        env: vars,
+        secrets: &spec.secrets,
+        outputs: Some(outputs),
+        state,
+    }
+}
+
+/// Whether `step` runs with the run standing at `state`.
+fn runs(spec: &RunSpec, step: &crate::Step, outputs: &Outputs, state: RunState) -> bool {
+    let vars = plain_variables(spec, step);
+    step.runs_in(&scope_of(spec, &vars, outputs, state))
+}
+
 /// How many steps after the running one a backend is told of
 /// ([`StepCommand::upcoming`]): enough to have the next start open when a
 /// short step ends, over a link where opening one takes a few round trips.
@@ -180,12 +196,7 @@ fn command_of(
     log: &RunLog,
 ) -> StepCommand {
     let vars = plain_variables(spec, step);
-    let scope = Scope {
-        env: &vars,
-        secrets: &spec.secrets,
-        outputs: Some(outputs),
-        state: place.state,
-    };
+    let scope = scope_of(spec, &vars, outputs, place.state);
     let computed: Vec<(String, String)> = step
         .inputs
         .iter()
@@ -242,15 +253,7 @@ async fn run_step(
         .iter()
         .enumerate()
         .skip(place.index.saturating_add(1))
-        .filter(|(_, next)| {
-            let vars = plain_variables(spec, next);
-            next.runs_in(&Scope {
-                env: &vars,
-                secrets: &spec.secrets,
-                outputs: Some(outputs),
-                state: place.state,
-            })
-        })
+        .filter(|(_, next)| runs(spec, next, outputs, place.state))
         .take(UPCOMING)
         .map(|(index, next)| {
             let at = Place {

@@ -28,7 +28,7 @@ pub fn read_outputs(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
             (Some(at), eq) if eq.is_none_or(|eq| at < eq) => {
                 let name = &line[..at];
                 let delimiter = &line[at.saturating_add(2)..];
-                if !output_name_ok(name) || delimiter.is_empty() {
+                if !name_ok(name) || delimiter.is_empty() {
                     refused.push(format!("line {number}: {line:?} is not NAME<<DELIMITER"));
                     continue;
                 }
@@ -51,7 +51,7 @@ pub fn read_outputs(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
             }
             (_, Some(eq)) => {
                 let name = &line[..eq];
-                if output_name_ok(name) {
+                if name_ok(name) {
                     outputs.insert(name.to_string(), line[eq.saturating_add(1)..].to_string());
                 } else {
                     refused.push(format!("line {number}: {name:?} is not an output's name"));
@@ -78,8 +78,4 @@ pub fn name_ok(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
-fn output_name_ok(name: &str) -> bool {
-    name_ok(name)
 }

@@ -28,10 +28,8 @@ impl PodVariables {
     /// the standard folders and run variables under their own names, each
     /// step's variables under [`step_key`].
     pub(super) fn of(run: &RunSpec, handle: &RunHandle) -> Self {
-        let mut vars = PodVariables {
-            secrets: Some(run.masker()),
-            ..PodVariables::default()
-        };
+        let mut vars = PodVariables::default();
+        let secrets = run.masker();
         let own = handle
             .standard_env()
             .into_iter()
@@ -40,11 +38,12 @@ impl PodVariables {
             vars.hold(name.clone(), value, name);
         }
         for i in 0..run.steps.len() {
-            for (name, value) in held_step_variables(run, i) {
+            for (name, value) in held_step_variables(run, i, &secrets) {
                 let key = step_key(i, &name);
                 vars.hold(name, value, key);
             }
         }
+        vars.secrets = Some(secrets);
         vars
     }
 

@@ -266,22 +266,8 @@ const CONTAINER_FLAGS: [&str; 13] = [
 fn container_flags(options: &str) -> Result<Vec<String>, String> {
     let words =
         shlex::split(options).ok_or_else(|| format!("{options:?} has an unclosed quote"))?;
-    for word in words.iter().filter(|w| w.starts_with('-')) {
-        let flag = word.split('=').next().unwrap_or(word);
-        let flag = match flag {
-            "-v" => "--volume",
-            "-m" => "--memory",
-            "-u" => "--user",
-            other => other,
-        };
-        if !CONTAINER_FLAGS.contains(&flag) {
-            return Err(format!(
-                "{word} is not a flag this runner has; it takes {}",
-                CONTAINER_FLAGS.join(", ")
-            ));
-        }
-    }
-    Ok(words
+    // `docker run`'s short forms, as this runner's long ones.
+    let words: Vec<String> = words
         .into_iter()
         .map(|w| match w.as_str() {
             "-v" => "--volume".to_string(),
@@ -289,7 +275,17 @@ fn container_flags(options: &str) -> Result<Vec<String>, String> {
             "-u" => "--user".to_string(),
             _ => w,
         })
-        .collect())
+        .collect();
+    for word in words.iter().filter(|w| w.starts_with('-')) {
+        let flag = word.split('=').next().unwrap_or(word);
+        if !CONTAINER_FLAGS.contains(&flag) {
+            return Err(format!(
+                "{word} is not a flag this runner has; it takes {}",
+                CONTAINER_FLAGS.join(", ")
+            ));
+        }
+    }
+    Ok(words)
 }
 
 fn describe(value: &serde_yaml_ng::Value) -> String {

@@ -59,3 +59,24 @@ pub fn import_image_without_sh(dir: &Path, tag: &str) {
         .unwrap();
     assert!(imported.status.success(), "{imported:?}");
 }
+
+/// The README's or docs' example containing `marker`, the binary in place
+/// of `cargo run -q -p runner-cli --`.
+pub fn example_command(marker: &str) -> String {
+    example(marker).replace(
+        "cargo run -q -p runner-cli --",
+        env!("CARGO_BIN_EXE_runner-cli"),
+    )
+}
+
+/// Runs `command` as a user would paste it, by `sh -ec` in `dir`, with no
+/// `RUNNER_DID` of the test's own.
+pub fn run_as_written(command: &str, dir: &Path) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-ec")
+        .arg(command)
+        .current_dir(dir)
+        .env_remove("RUNNER_DID")
+        .output()
+        .unwrap()
+}

@@ -184,13 +184,7 @@ fn the_readme_docker_example_runs_as_written() {
             env!("CARGO_BIN_EXE_runner-cli"),
         );
     let dir = common::beside_examples();
-    let out = Command::new("sh")
-        .arg("-ec")
-        .arg(&command)
-        .current_dir(dir.path())
-        .env_remove("RUNNER_DID")
-        .output()
-        .unwrap();
+    let out = common::run_as_written(&command, dir.path());
     assert_eq!(
         out.status.code(),
         Some(0),
