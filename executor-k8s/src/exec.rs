@@ -52,11 +52,12 @@ impl WsExec {
         }
     }
 
-    async fn send(&mut self, frame: Vec<u8>) -> Result<(), ExecutorError> {
-        self.socket
-            .send(Message::binary(frame))
-            .await
-            .map_err(|e| ExecutorError::backend("writing to the exec", e))
+    /// Sends `frame`; a send that fails is a connection that broke, whose
+    /// end says so (the status is lost, as when a read breaks).
+    async fn send(&mut self, frame: Message) -> Option<Ended> {
+        let sent = self.socket.send(frame).await;
+        sent.err()
+            .map(|err| Ended::Closed(format!("the exec connection broke while sending: {err}")))
     }
 }
 
@@ -147,21 +148,26 @@ impl ExecSession for WsExec {
                     Ok(0) => {
                         stdin = None;
                         if self.v5 {
-                            self.send(vec![CLOSE, STDIN]).await?;
+                            if let Some(broke) = self.send(Message::binary(vec![CLOSE, STDIN])).await {
+                                return Ok(broke);
+                            }
                         }
                     }
                     Ok(n) => {
                         let mut frame = Vec::with_capacity(n + 1);
                         frame.push(STDIN);
                         frame.extend_from_slice(&buf[..n]);
-                        self.send(frame).await?;
+                        if let Some(broke) = self.send(Message::binary(frame)).await {
+                            return Ok(broke);
+                        }
                     }
                     Err(err) => return Err(ExecutorError::backend("streaming into the exec", err)),
                 },
                 _ = ping.tick() => {
                     // Keeps proxies and load balancers from dropping a silent step.
-                    self.socket.send(Message::Ping(Vec::new().into())).await
-                        .map_err(|e| ExecutorError::backend("keeping the exec alive", e))?;
+                    if let Some(broke) = self.send(Message::Ping(Vec::new().into())).await {
+                        return Ok(broke);
+                    }
                 }
             }
         }
@@ -209,6 +215,8 @@ mod tests {
         sent: Sent,
         until: fn(&[Vec<u8>]) -> bool,
         waker: Option<Waker>,
+        /// Sends past this many fail, as on a connection reset.
+        breaks_after: usize,
     }
 
     impl Stream for ScriptedSocket {
@@ -230,6 +238,9 @@ mod tests {
         }
         fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<(), WsError> {
             let this = self.get_mut();
+            if this.sent.lock().unwrap().len() >= this.breaks_after {
+                return Err(WsError::Io(std::io::ErrorKind::ConnectionReset.into()));
+            }
             if let Message::Binary(data) = msg {
                 this.sent.lock().unwrap().push(data.to_vec());
             }
@@ -247,12 +258,22 @@ mod tests {
     }
 
     fn session(v5: bool, script: Vec<Message>, until: fn(&[Vec<u8>]) -> bool) -> (WsExec, Sent) {
+        session_breaking(v5, script, until, usize::MAX)
+    }
+
+    fn session_breaking(
+        v5: bool,
+        script: Vec<Message>,
+        until: fn(&[Vec<u8>]) -> bool,
+        breaks_after: usize,
+    ) -> (WsExec, Sent) {
         let sent = Sent::default();
         let socket = ScriptedSocket {
             script: script.into(),
             sent: sent.clone(),
             until,
             waker: None,
+            breaks_after,
         };
         (
             WsExec::new(Box::pin(socket), v5, Duration::from_secs(60)),
@@ -295,6 +316,18 @@ mod tests {
             .finish(io, &CancellationToken::new())
             .await
             .unwrap()
+    }
+
+    /// A connection that breaks while stdin goes in has lost the status:
+    /// the copy's caller may send it again, as when a read breaks.
+    #[tokio::test]
+    async fn a_send_that_fails_is_a_connection_that_broke() {
+        let (exec, _) = session_breaking(true, Vec::new(), |_| false, 0);
+        let (ended, _, _) = finish(exec, b"archive").await;
+        assert!(
+            matches!(&ended, Ended::Closed(why) if why.contains("broke")),
+            "{ended:?}"
+        );
     }
 
     #[tokio::test]

@@ -230,3 +230,30 @@ async fn many_runs_from_one_process_ride_out_an_outage_and_a_cancel() {
     );
     backend.cluster.shutdown().await;
 }
+
+/// A copy in whose exec's stdin is cut partway, and a copy out whose
+/// output is: each loses its status, and goes again, whole.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_in_or_out_cut_partway_goes_again_whole() {
+    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    let at = [executor_conformance::COPY_CUT_AT];
+    // The copy in is the first exec with that much stdin; the copy out
+    // the first with that much output.
+    backend.cluster.faults().cut_exec_input_after(&at);
+    let text = executor_conformance::a_copy_cut_partway_goes_again_whole(&backend).await;
+    assert!(
+        text.contains("no answer while copying the checkout"),
+        "{text}"
+    );
+    backend.cluster.faults().cut_execs_after(&at);
+    let text = executor_conformance::a_copy_cut_partway_goes_again_whole(&backend).await;
+    assert!(
+        text.contains("no answer while copying /outputs out"),
+        "{text}"
+    );
+    backend.cluster.shutdown().await;
+}

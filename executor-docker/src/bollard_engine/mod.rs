@@ -90,6 +90,57 @@ impl BollardEngine {
         })
     }
 
+    /// One create; `again` when an earlier try's answer was lost, so a
+    /// container of the run's name (unique to the run) is that try's.
+    async fn create_once(
+        &self,
+        spec: &ContainerSpec,
+        again: bool,
+    ) -> Result<String, ExecutorError> {
+        let options = CreateContainerOptions {
+            name: Some(spec.name.clone()),
+            ..Default::default()
+        };
+        let context = || format!("creating a container from {}", spec.image);
+        match self
+            .docker
+            .create_container(Some(options), create_body(spec))
+            .await
+        {
+            Ok(created) => Ok(created.id),
+            Err(err) if again && status(&err) == Some(409) => {
+                let made = self
+                    .docker
+                    .inspect_container(&spec.name, None::<InspectContainerOptions>)
+                    .await
+                    .map_err(fail(context()))?;
+                made.id.ok_or_else(|| {
+                    ExecutorError::backend(
+                        context(),
+                        "the engine named no id for the container it made",
+                    )
+                })
+            }
+            Err(err) => match &err {
+                bollard::errors::Error::DockerResponseServerError { message, .. }
+                    if is_image_refusal(message) =>
+                {
+                    Err(ExecutorError::image(context(), message, false))
+                }
+                _ => Err(fail(context())(err)),
+            },
+        }
+    }
+
+    /// One start. A container an earlier try started (its answer lost)
+    /// answers 304, which the client takes as success.
+    async fn start_once(&self, id: &str) -> Result<(), ExecutorError> {
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(fail(format!("starting container {id}")))
+    }
+
     async fn inspect_once(&self, id: &str) -> Result<ContainerState, ExecutorError> {
         match self
             .docker
@@ -256,34 +307,19 @@ impl Engine for BollardEngine {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, ExecutorError> {
-        let body = create_body(spec);
-        let options = CreateContainerOptions {
-            name: Some(spec.name.clone()),
-            ..Default::default()
-        };
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|err| {
-                let context = format!("creating a container from {}", spec.image);
-                match &err {
-                    bollard::errors::Error::DockerResponseServerError { message, .. }
-                        if is_image_refusal(message) =>
-                    {
-                        ExecutorError::image(context, message, false)
-                    }
-                    _ => fail(context)(err),
-                }
-            })?;
-        Ok(created.id)
+        let mut tries = 0u32;
+        ride_out("creating a container", self.reconnect_timeout, || {
+            tries = tries.saturating_add(1);
+            self.create_once(spec, tries > 1)
+        })
+        .await
     }
 
     async fn start(&self, id: &str) -> Result<(), ExecutorError> {
-        self.docker
-            .start_container(id, None)
-            .await
-            .map_err(fail(format!("starting container {id}")))
+        ride_out("starting the container", self.reconnect_timeout, || {
+            self.start_once(id)
+        })
+        .await
     }
 
     async fn exec_create(&self, id: &str, exec: &ExecSpec) -> Result<String, ExecutorError> {

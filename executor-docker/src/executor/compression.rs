@@ -1,7 +1,9 @@
 //! Whether transfers go gzip-compressed: decided by the engine's round
 //! trip, which may still be being timed when the executor is made.
 
+use executor_core::outage::ride_out;
 use executor_core::tar::PackStream;
+use executor_core::ExecutorError;
 
 use super::DockerExecutor;
 
@@ -35,11 +37,32 @@ impl DockerExecutor {
     }
 
     /// An upload's archive as it goes: compressed, or as it is.
-    pub(super) async fn body(&self, tar: PackStream) -> PackStream {
+    async fn body(&self, tar: PackStream) -> PackStream {
         if self.compresses().await {
             tar.gzip()
         } else {
             tar
         }
+    }
+
+    /// Uploads the archive `pack` makes into `path` of container `id`,
+    /// riding out an engine that does not answer: each try packs afresh
+    /// (a body cut short cannot be sent again), and unpacking the whole
+    /// archive again over what a cut try left is what the engine does
+    /// with any upload.
+    pub(super) async fn upload(
+        &self,
+        id: &str,
+        path: &str,
+        what: &str,
+        pack: impl Fn() -> PackStream,
+    ) -> Result<(), ExecutorError> {
+        let pack = &pack;
+        let told = format!("copying {what} in");
+        ride_out(&told, self.options.reconnect_timeout, move || async move {
+            let body = self.body(pack()).await;
+            self.engine.upload(id, path, what, body).await
+        })
+        .await
     }
 }

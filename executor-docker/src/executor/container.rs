@@ -139,40 +139,29 @@ impl DockerExecutor {
             // volumes: one upload per filled folder, and the state folder
             // opened to every user as the single upload would have.
             let checkout = format!("the checkout {} as /work", run.checkout.display());
-            self.engine
-                .upload(
-                    id,
-                    "/work",
-                    &checkout,
-                    self.body(pack_dir(&run.checkout)).await,
-                )
+            self.upload(id, "/work", &checkout, || pack_dir(&run.checkout))
                 .await?;
             if let Some(steps) = &run.steps_dir {
                 let what = format!("the steps {} as /steps", steps.display());
-                self.engine
-                    .upload(id, "/steps", &what, self.body(pack_dir(steps)).await)
-                    .await?;
+                self.upload(id, "/steps", &what, || pack_dir(steps)).await?;
             }
-            self.engine
-                .upload(
-                    id,
-                    STATE_DIR,
-                    "the step scripts",
-                    self.body(pack_dir(scripts_dir.path())).await,
-                )
-                .await?;
+            self.upload(id, STATE_DIR, "the step scripts", || {
+                pack_dir(scripts_dir.path())
+            })
+            .await?;
             let chmod = format!("chmod 1777 {STATE_DIR}");
             self.exec_as_root(id, &chmod, "opening the state folder")
                 .await?;
         } else {
-            let folders = vec![
-                PackedFolder::new("work", 0o755, Some(&run.checkout)),
-                PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
-                PackedFolder::new("outputs", 0o755, None),
-                PackedFolder::new(&STATE_DIR[1..], 0o1777, Some(scripts_dir.path())),
-            ];
-            self.engine
-                .upload(id, "/", &what, self.body(pack_folders(folders)).await)
+            let folders = || {
+                vec![
+                    PackedFolder::new("work", 0o755, Some(&run.checkout)),
+                    PackedFolder::new("steps", 0o755, run.steps_dir.as_deref()),
+                    PackedFolder::new("outputs", 0o755, None),
+                    PackedFolder::new(&STATE_DIR[1..], 0o1777, Some(scripts_dir.path())),
+                ]
+            };
+            self.upload(id, "/", &what, || pack_folders(folders()))
                 .await?;
         }
         // Uploaded files belong to root; the steps' user gets the run's

@@ -280,13 +280,7 @@ impl Executor for DockerExecutor {
         }
         self.exec_as_root(&run.id, &mkdir, "creating a cache folder")
             .await?;
-        self.engine
-            .upload(
-                &run.id,
-                path,
-                &src.display().to_string(),
-                self.body(pack_dir(src)).await,
-            )
+        self.upload(&run.id, path, &src.display().to_string(), || pack_dir(src))
             .await?;
         if let Some(user) = &user {
             let chown = format!("chown -R {} {q}", executor_core::script::quote(user));

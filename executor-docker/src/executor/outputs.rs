@@ -3,10 +3,11 @@
 //! gzip-compressed in the container (the archive API sends a tar as it
 //! is; see `PACK_OUT`).
 
+use executor_core::outage::ride_out;
 use executor_core::tar::{
     unpack_untrusted, unpack_untrusted_gzipped_or_not, UnpackLimits, UnpackSummary,
 };
-use executor_core::ExecutorError;
+use executor_core::{ExecutorError, FailureKind};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::StreamReader;
@@ -27,19 +28,49 @@ impl DockerExecutor {
         dest: &std::path::Path,
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError> {
-        if self.compresses().await {
-            return self.folder_out_gzipped(id, path, dest, limits).await;
-        }
-        let stream = self
-            .engine
-            .download(id, path)
-            .map(|chunk| chunk.map_err(std::io::Error::other));
+        // Each try unpacks the whole folder again, over what a cut one
+        // left: the unpacker replaces the files it meets.
+        let told = format!("copying {path} out");
+        ride_out(&told, self.options.reconnect_timeout, || async {
+            if self.compresses().await {
+                self.folder_out_gzipped(id, path, dest, limits).await
+            } else {
+                self.folder_out_plain(id, path, dest, limits).await
+            }
+        })
+        .await
+    }
+
+    async fn folder_out_plain(
+        &self,
+        id: &str,
+        path: &str,
+        dest: &std::path::Path,
+        limits: UnpackLimits,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        // The unpacker sees only that its input broke; the engine's own
+        // error says whether another try can help.
+        let broke = std::sync::Mutex::new(None::<ExecutorError>);
+        let stream = self.engine.download(id, path).map(|chunk| {
+            chunk.map_err(|err| {
+                let io = std::io::Error::other(err.to_string());
+                broke
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(err);
+                io
+            })
+        });
         let limits = UnpackLimits {
             // The engine names every entry after the folder: `outputs/...`.
             strip_components: 1,
             ..limits
         };
-        Ok(unpack_untrusted(StreamReader::new(stream), dest, limits).await?)
+        let unpacked = unpack_untrusted(StreamReader::new(stream), dest, limits).await;
+        match broke.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(err) => Err(err),
+            None => Ok(unpacked?),
+        }
     }
 
     async fn folder_out_gzipped(
@@ -82,8 +113,15 @@ impl DockerExecutor {
         // small stream that inflates past them is refused as it grows.
         let consume = unpack_untrusted_gzipped_or_not(reader, dest, limits);
         let (produced, consumed) = tokio::join!(produce, consume);
-        let summary = consumed?;
-        produced?;
+        let summary = match (produced, consumed) {
+            // A stream that broke cut the archive short: it is the cause.
+            (Err(err), _) if err.kind() == FailureKind::Unreachable => return Err(err),
+            (produced, consumed) => {
+                let summary = consumed?;
+                produced?;
+                summary
+            }
+        };
         match self.settled(&exec_id).await?.exit_code {
             Some(0) => Ok(summary),
             Some(code) => Err(ExecutorError::backend(

@@ -14,7 +14,7 @@
 mod common;
 mod proxy;
 
-use proxy::{Cut, Down, Proxy};
+use proxy::{Cut, Down, Proxy, RequestCut};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -237,4 +237,79 @@ async fn many_runs_from_one_process_ride_out_an_outage_and_a_cancel() {
         logs.iter().any(|log| log.contains("waiting up to")),
         "no run met the outage: {logs:#?}"
     );
+}
+
+/// A connection cut while the checkout goes in (the upload's body half
+/// sent) is a try the engine did not answer: the checkout goes in again,
+/// whole. A connection cut while the outputs come back: they come back
+/// again, whole, over what the cut try had unpacked.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_in_or_out_cut_partway_goes_again_whole() {
+    // The checkout goes in by PUT; the only GET of an archive is the outputs'.
+    for (request, up, told) in [
+        ("PUT ", true, "no answer while copying the checkout"),
+        ("GET ", false, "no answer while copying /outputs out"),
+    ] {
+        let proxy = Proxy::start(None).await;
+        proxy.request_cuts.lock().unwrap().push_back(RequestCut {
+            request,
+            path: "/archive",
+            up,
+            after: executor_conformance::COPY_CUT_AT,
+        });
+        let backend = Cutting {
+            executor: executor_through(&proxy, common::options()).await,
+            probe: direct().await,
+            proxy,
+        };
+        let text = executor_conformance::a_copy_cut_partway_goes_again_whole(&backend).await;
+        assert!(
+            backend.proxy.request_cuts.lock().unwrap().is_empty(),
+            "no cut: {text}"
+        );
+        assert!(text.contains(told), "{text}");
+    }
+}
+
+/// A create or a start whose answer is lost: tried again, the create
+/// finds the container its first try made (the name is the run's own),
+/// the start finds it started; nothing is made twice or left behind.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_and_a_start_whose_answers_are_lost_are_ridden_out() {
+    let proxy = Proxy::start(None).await;
+    for path in ["/containers/create", "/start"] {
+        proxy.request_cuts.lock().unwrap().push_back(RequestCut {
+            request: "POST ",
+            path,
+            up: false,
+            after: 0,
+        });
+    }
+    let executor = executor_through(&proxy, common::options()).await;
+    let probe = direct().await;
+    let fx = Fixture::new("create-cut");
+    let spec = spec_of(&fx, &probe, "create-cut");
+    let (result, text) = run(&executor, &spec, &DriverOptions::default()).await;
+    assert!(
+        proxy.request_cuts.lock().unwrap().is_empty(),
+        "no cut: {text}"
+    );
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    assert!(
+        text.contains("no answer while creating a container"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no answer while starting the container"),
+        "{text}"
+    );
+    assert_nothing_left(&probe, &fx.runner).await;
 }

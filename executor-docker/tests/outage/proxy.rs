@@ -22,6 +22,21 @@ pub fn engine_socket() -> PathBuf {
 /// Where the next exec streams are cut, in turn.
 pub type Cuts = Arc<Mutex<VecDeque<Cut>>>;
 
+/// Requests whose connection is cut partway, in turn.
+pub type RequestCuts = Arc<Mutex<VecDeque<RequestCut>>>;
+
+/// The first request that starts with `request` (`"PUT "`) and names
+/// `path` (`"/archive"`) is cut once `after` more bytes have passed the
+/// way `up` says (up: its body half sent; down: its answer half read,
+/// `after: 0` its answer lost).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestCut {
+    pub request: &'static str,
+    pub path: &'static str,
+    pub up: bool,
+    pub after: u64,
+}
+
 /// Where an exec's stream coming down is cut.
 #[derive(Debug, Clone, Copy)]
 pub enum Cut {
@@ -104,6 +119,7 @@ pub enum Down {
 /// set, and cuts exec streams at the sizes in its [`Cuts`].
 pub struct Proxy {
     pub cuts: Cuts,
+    pub request_cuts: RequestCuts,
     socket: PathBuf,
     over: watch::Receiver<u64>,
     _dir: tempfile::TempDir,
@@ -121,15 +137,17 @@ impl Proxy {
         let listener = UnixListener::bind(&socket).unwrap();
         let (over_tx, over) = watch::channel(0u64);
         let cuts = Cuts::default();
+        let request_cuts = RequestCuts::default();
         let task = tokio::spawn(serve(
             listener,
             socket.clone(),
             (down, how),
             over_tx,
-            cuts.clone(),
+            (cuts.clone(), request_cuts.clone()),
         ));
         Proxy {
             cuts,
+            request_cuts,
             socket,
             over,
             _dir: dir,
@@ -160,7 +178,7 @@ pub async fn serve(
     socket: PathBuf,
     (down, how): (Option<Duration>, Down),
     over: watch::Sender<u64>,
-    cuts: Cuts,
+    (cuts, request_cuts): (Cuts, RequestCuts),
 ) {
     let (cut_tx, _) = watch::channel(0u64);
     let cut_tx = Arc::new(cut_tx);
@@ -180,7 +198,7 @@ pub async fn serve(
                 }
                 let cut = cut_tx.subscribe();
                 let outage = (!done).then(|| outage_tx.clone());
-                tokio::spawn(relay(client, cut, outage, cuts.clone()));
+                tokio::spawn(relay(client, cut, outage, (cuts.clone(), request_cuts.clone())));
             }
             Some(()) = outage_rx.recv() => {
                 if done {
@@ -215,12 +233,13 @@ pub async fn serve(
 /// Copies both ways between a client and the engine; the first removal of
 /// a container seen from the client starts the outage instead of passing.
 /// Once an exec start has gone up, the bytes of its stream coming down are
-/// counted, and the connection is dropped where the next cut says.
+/// counted, and the connection is dropped where the next cut says; a
+/// request the next request cut names is dropped partway.
 pub async fn relay(
     mut client: UnixStream,
     mut cut: watch::Receiver<u64>,
     outage: Option<tokio::sync::mpsc::UnboundedSender<()>>,
-    cuts: Cuts,
+    (cuts, request_cuts): (Cuts, RequestCuts),
 ) {
     let Ok(mut engine) = UnixStream::connect(engine_socket()).await else {
         return;
@@ -229,6 +248,23 @@ pub async fn relay(
     let (mut from_engine, mut to_engine) = engine.split();
     let exec_started = std::sync::atomic::AtomicBool::new(false);
     let dropped = tokio::sync::Notify::new();
+    // The cut armed on this connection: which way, bytes left.
+    let armed = Mutex::new(None::<(bool, u64)>);
+    let passed = |up: bool, n: usize| {
+        let mut armed = armed.lock().unwrap();
+        match armed.as_mut() {
+            Some((way, _)) if *way != up => false,
+            Some((_, left)) if *left <= n as u64 => {
+                dropped.notify_one();
+                true
+            }
+            Some((_, left)) => {
+                *left -= n as u64;
+                false
+            }
+            None => false,
+        }
+    };
     // The outage's cut reaches each relay in its own time: one that reads
     // a request meanwhile must not pass it on, as an engine that is down
     // answers nothing.
@@ -254,7 +290,18 @@ pub async fn relay(
             {
                 exec_started.store(true, std::sync::atomic::Ordering::SeqCst);
             }
-            if down.has_changed().unwrap_or(true) {
+            {
+                let mut cuts = request_cuts.lock().unwrap();
+                if let Some(&cut) = cuts.front() {
+                    if chunk.starts_with(cut.request.as_bytes())
+                        && contains(chunk, cut.path.as_bytes())
+                    {
+                        cuts.pop_front();
+                        *armed.lock().unwrap() = Some((cut.up, cut.after));
+                    }
+                }
+            }
+            if down.has_changed().unwrap_or(true) || passed(true, n) {
                 std::future::pending::<()>().await;
             }
             to_engine.write_all(chunk).await?;
@@ -289,6 +336,9 @@ pub async fn relay(
                     return std::future::pending().await;
                 }
                 streamed += n as u64;
+            }
+            if passed(false, n) {
+                return std::future::pending().await;
             }
             to_client.write_all(chunk).await?;
         }

@@ -6,12 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use executor_container::container::compressing::pack_out_argv;
 use executor_container::container::{
     expired, is_runners, run_command, the_live_run, Place, StepStart,
 };
 use executor_container::detached::Signing;
-use executor_core::tar::{unpack_untrusted, UnpackLimits, UnpackSummary};
+use executor_core::tar::{UnpackLimits, UnpackSummary};
 use executor_core::{
     CleanupReport, CleanupScope, CommandOutcome, Executor, ExecutorError, FailureKind, RunHandle,
     RunLog, RunSpec, StepCommand,
@@ -346,14 +345,12 @@ impl Executor for K8sExecutor {
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
         let pod = self.pod_of(run)?;
-        let mkdir = vec!["mkdir".into(), "-p".into(), path.into()];
-        self.exec_checked(
-            &pod,
-            mkdir,
-            None,
-            &mut tokio::io::sink(),
-            "creating a cache folder",
-        )
+        let mkdir = || vec!["mkdir".into(), "-p".into(), path.into()];
+        let what = "creating a cache folder";
+        executor_core::outage::ride_out(what, self.options.reconnect_timeout, || async {
+            self.exec_checked(&pod, mkdir(), None, &mut tokio::io::sink(), what)
+                .await
+        })
         .await?;
         self.stream_in(&pod, src, path).await
     }
@@ -366,43 +363,14 @@ impl Executor for K8sExecutor {
         limits: UnpackLimits,
     ) -> Result<UnpackSummary, ExecutorError> {
         let pod = self.pod_of(run)?;
-        let (mut writer, reader) = tokio::io::duplex(256 * 1024);
-        // Compressed where the image has gzip; the stream says which.
-        let gzip = self.compresses().await;
-        let argv = if gzip {
-            pack_out_argv(path)
-        } else {
-            vec![
-                "tar".into(),
-                "c".into(),
-                "-C".into(),
-                path.to_string(),
-                ".".into(),
-            ]
-        };
+        // Each try unpacks the whole folder again, over what a cut one
+        // left: the unpacker replaces the files it meets.
         let what = format!("copying {path} out");
-        let produce = async {
-            let r = self
-                .exec_checked(&pod, argv, None, &mut writer, &what)
-                .await;
-            drop(writer);
-            r
-        };
-        // The unpacker's limits count what comes out of the decoder: a
-        // small stream that inflates past them is refused as it grows.
-        let consume = async {
-            if gzip {
-                executor_core::tar::unpack_untrusted_gzipped_or_not(reader, dest, limits).await
-            } else {
-                unpack_untrusted(reader, dest, limits).await
-            }
-        };
-        let (produced, consumed) = tokio::join!(produce, consume);
-        let summary = consumed?;
-        produced?;
-        Ok(summary)
+        executor_core::outage::ride_out(&what, self.options.reconnect_timeout, || {
+            self.folder_out(&pod, path, dest, limits, &what)
+        })
+        .await
     }
-
     async fn stop(&self, run: &RunHandle) -> Result<(), ExecutorError> {
         let live = self.live().remove(&run.id);
         if let Some(live) = &live {

@@ -3,9 +3,14 @@
 
 use std::path::Path;
 
+use executor_container::container::compressing::pack_out_argv;
 use executor_container::detached::{ExecEnd, StepExec, StepFiles};
-use executor_core::tar::{pack_dir, PackStream};
-use executor_core::ExecutorError;
+use executor_core::outage::ride_out;
+use executor_core::tar::{
+    pack_dir, unpack_untrusted, unpack_untrusted_gzipped_or_not, PackStream, UnpackLimits,
+    UnpackSummary,
+};
+use executor_core::{ExecutorError, FailureKind};
 use tokio_util::sync::CancellationToken;
 
 use super::{step_fate, K8sExecutor, LiveRun};
@@ -71,10 +76,29 @@ impl K8sExecutor {
     /// copy's, and a stream cut short is a short gzip stream it fails on.
     /// The first compressed copy into a pod looks for `gzip` itself; where
     /// there is none it reads nothing, and the copy goes again, plain.
+    ///
+    /// A copy whose exec could not open or whose connection broke before
+    /// its status came (the API server or the kubelet gone a while) goes
+    /// again, whole, within `reconnect_timeout`: unpacking the archive
+    /// again over what a cut copy left is safe.
     pub(super) async fn stream_packed(
         &self,
         pod: &str,
         pack: impl Fn() -> PackStream,
+        target: &str,
+        what: &str,
+    ) -> Result<(), ExecutorError> {
+        let pack = &pack;
+        ride_out(what, self.options.reconnect_timeout, move || {
+            self.stream_packed_once(pod, pack, target, what)
+        })
+        .await
+    }
+
+    async fn stream_packed_once(
+        &self,
+        pod: &str,
+        pack: &impl Fn() -> PackStream,
         target: &str,
         what: &str,
     ) -> Result<(), ExecutorError> {
@@ -86,7 +110,7 @@ impl K8sExecutor {
             let gzip = known != Some(false) && self.compresses().await;
             let probing = gzip && known.is_none();
             let (ended, said) = self
-                .stream_packed_as(pod, &pack, unpack_argv(target, gzip, probing), gzip)
+                .stream_packed_as(pod, pack, unpack_argv(target, gzip, probing), gzip)
                 .await?;
             if probing {
                 match ended {
@@ -157,6 +181,55 @@ impl K8sExecutor {
                     let mut framed = Prefixed::new(FRAMED, framed());
                     finish(exec, Some(&mut framed), &mut tokio::io::sink()).await
                 }
+            }
+        }
+    }
+
+    /// One copy of `path` in `pod` out into `dest` through the untrusted
+    /// unpacker, compressed where the image has gzip (the stream says which).
+    pub(super) async fn folder_out(
+        &self,
+        pod: &str,
+        path: &str,
+        dest: &Path,
+        limits: UnpackLimits,
+        what: &str,
+    ) -> Result<UnpackSummary, ExecutorError> {
+        let (mut writer, reader) = tokio::io::duplex(256 * 1024);
+        let gzip = self.compresses().await;
+        let argv = if gzip {
+            pack_out_argv(path)
+        } else {
+            vec![
+                "tar".into(),
+                "c".into(),
+                "-C".into(),
+                path.to_string(),
+                ".".into(),
+            ]
+        };
+        let produce = async {
+            let r = self.exec_checked(pod, argv, None, &mut writer, what).await;
+            drop(writer);
+            r
+        };
+        // The unpacker's limits count what comes out of the decoder: a
+        // small stream that inflates past them is refused as it grows.
+        let consume = async {
+            if gzip {
+                unpack_untrusted_gzipped_or_not(reader, dest, limits).await
+            } else {
+                unpack_untrusted(reader, dest, limits).await
+            }
+        };
+        let (produced, consumed) = tokio::join!(produce, consume);
+        match (produced, consumed) {
+            // A connection that broke cut the archive short: it is the cause.
+            (Err(err), _) if err.kind() == FailureKind::Unreachable => Err(err),
+            (produced, consumed) => {
+                let summary = consumed?;
+                produced?;
+                Ok(summary)
             }
         }
     }

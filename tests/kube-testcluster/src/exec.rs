@@ -218,6 +218,7 @@ pub async fn serve(
         }
     }
     let mut sent = 0u64;
+    let mut received = 0u64;
     let idle = faults.idle_timeout();
     let mut idle_deadline = idle.map(|d| tokio::time::Instant::now() + d);
     loop {
@@ -233,6 +234,17 @@ pub async fn serve(
                 match msg {
                     Some(Ok(Message::Binary(data))) if !data.is_empty() => match data[0] {
                         0 => if let Some(i) = input.as_mut() {
+                            let cut = faults
+                                .exec_input_cut()
+                                .filter(|at| received.saturating_add(data.len() as u64 - 1) >= *at);
+                            if let Some(at) = cut {
+                                let part = usize::try_from(at.saturating_sub(received)).unwrap_or(0);
+                                let _ = i.write_all(&data[1..][..part.min(data.len() - 1)]).await;
+                                faults.exec_input_cut_done();
+                                // Dropped mid-stream: no status.
+                                return;
+                            }
+                            received = received.saturating_add(data.len() as u64 - 1);
                             if i.write_all(&data[1..]).await.is_err() { input = None; }
                         },
                         255 if protocol == Protocol::V5 && data.get(1) == Some(&0) => {

@@ -61,6 +61,7 @@ struct State {
     image_pull: Option<ImagePullFault>,
     requests: Vec<RequestFault>,
     exec_cuts: std::collections::VecDeque<u64>,
+    exec_input_cuts: std::collections::VecDeque<u64>,
     idle_ws_timeout: Option<Duration>,
     status_lag: bool,
     watch_expiry: Option<Duration>,
@@ -215,6 +216,12 @@ impl Faults {
     pub fn cut_execs_after(&self, bytes: &[u64]) {
         self.lock().exec_cuts.extend(bytes.iter().copied());
     }
+    /// Cuts the connections of the next execs whose stdin reaches these
+    /// sizes, one each in turn, as [`Faults::cut_execs_after`] does for
+    /// output: a copy in whose stream breaks partway.
+    pub fn cut_exec_input_after(&self, bytes: &[u64]) {
+        self.lock().exec_input_cuts.extend(bytes.iter().copied());
+    }
     /// WebSockets idle for this long are dropped.
     pub fn idle_websocket_timeout(&self, d: Option<Duration>) {
         self.lock().idle_ws_timeout = d;
@@ -317,6 +324,14 @@ impl Faults {
     /// The size at which the next exec cut happens, if one is asked for.
     pub(crate) fn exec_cut(&self) -> Option<u64> {
         self.lock().exec_cuts.front().copied()
+    }
+    /// The size at which the next cut of an exec's stdin happens.
+    pub(crate) fn exec_input_cut(&self) -> Option<u64> {
+        self.lock().exec_input_cuts.front().copied()
+    }
+    /// The stdin cut at the front happened.
+    pub(crate) fn exec_input_cut_done(&self) {
+        self.lock().exec_input_cuts.pop_front();
     }
     /// The exec cut at the front happened.
     pub(crate) fn exec_cut_done(&self) {

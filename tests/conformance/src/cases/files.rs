@@ -112,3 +112,37 @@ pub async fn outputs_come_back_after_failure(backend: &dyn Backend) {
     assert_eq!(result.outputs.len(), 1);
     assert_nothing_left(backend, &fx.runner).await;
 }
+
+/// How far into a copy a test cuts its connection: past the first
+/// megabyte of [`a_copy_cut_partway_goes_again_whole`]'s file.
+pub const COPY_CUT_AT: u64 = 1 << 20;
+
+/// A 3 MiB file goes in with the checkout and a step copies it to
+/// `OUTPUTS_DIR`: with the caller having arranged for the copy in or out
+/// to be cut partway (past [`COPY_CUT_AT`]), the run still succeeds, the
+/// copy having gone again whole, and every byte comes back. Returns the
+/// run's log, for the caller to see the cut was met.
+pub async fn a_copy_cut_partway_goes_again_whole(backend: &dyn Backend) -> String {
+    let fx = Fixture::new("copy-cut");
+    // Bytes that do not repeat within a chunk, so a misplaced piece shows.
+    let data: Vec<u8> = (0..3u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0])
+        .collect();
+    std::fs::write(fx.checkout().join("big.bin"), &data).unwrap_or_else(|e| panic!("{e}"));
+    let spec = fx.spec(backend, "copy-cut").step(Step::new(
+        "copy",
+        "cp \"$WORK_DIR/big.bin\" \"$OUTPUTS_DIR/\"",
+    ));
+    let (result, log) = run_to_end(backend, &spec).await;
+    let text = log.text();
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    let back =
+        std::fs::read(fx.outputs().join("big.bin")).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(
+        back == data,
+        "the file came back changed ({} bytes): {text}",
+        back.len()
+    );
+    assert_nothing_left(backend, &fx.runner).await;
+    text
+}

@@ -18,8 +18,8 @@ const CANCELLED: usize = 3;
 const FLOOD: u64 = 32 << 20;
 
 /// Ten runs at once through one executor (one client and its pool of
-/// connections): once every run's second step runs, three are cancelled
-/// and `outage` happens (the backend's own: an API server down, an
+/// connections): three are cancelled in their second step and `outage`
+/// happens (the backend's own: an API server down, an
 /// engine that refuses connections; a backend whose outage the
 /// cancelled runs' removals set off passes a future that does nothing).
 /// One more run floods its output meanwhile. The cancelled runs end
@@ -49,7 +49,13 @@ where
                 .step(Step::new("hello", format!("echo run-{i}-started")))
                 .step(Step::new(
                     "work",
-                    format!("echo run-{i}-waiting; sleep 4; echo run-{i}-after"),
+                    // A run to be cancelled waits longer than the case
+                    // can take, so however late its cancel comes, it
+                    // comes mid-step.
+                    format!(
+                        "echo run-{i}-waiting; sleep {}; echo run-{i}-after",
+                        if i < CANCELLED { 600 } else { 4 }
+                    ),
                 ))
         })
         .collect();
@@ -68,11 +74,12 @@ where
             .zip(&cancels)
             .map(|((spec, log), cancel)| run_watched(backend, spec, log, cancel.clone())),
     );
+    // Each cancel as soon as its run's step runs, and the outage right
+    // after, while the other runs start or run their steps: waiting for
+    // every run first would let the quick ones finish before it.
     let control = async {
-        for (i, log) in logs.iter().enumerate() {
+        for (i, (log, cancel)) in logs.iter().zip(&cancels).take(CANCELLED).enumerate() {
             log.wait_for(&format!("run-{i}-waiting")).await;
-        }
-        for cancel in cancels.iter().take(CANCELLED) {
             cancel.cancel();
         }
         outage.await;
@@ -81,10 +88,17 @@ where
     for (i, (result, log)) in results.iter().zip(&logs).enumerate() {
         let text = log.text();
         if i == RUNS {
+            // The flood itself would bury the runner's own lines.
+            let runner_lines: String = text
+                .lines()
+                .filter(|l| !l.starts_with("0123456789"))
+                .map(|l| format!("{l}\n"))
+                .collect();
             assert_eq!(
                 result.status,
                 RunStatus::Success,
-                "the flooding run: {text}"
+                "the flooding run ({:?}): {runner_lines}",
+                result.error
             );
             assert!(
                 log.total() >= FLOOD,
