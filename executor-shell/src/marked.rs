@@ -31,8 +31,10 @@ const ROUNDS: usize = 50;
 /// environment keeps looking again: one changing program (an `execve`
 /// in progress) shows its new environment within it even on a machine
 /// under load, where a handful of immediate looks saw the change still
-/// going on (a `setsid sleep` missed under a full suite on 2 cores).
-const UNSURE_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+/// going on (a `setsid sleep` missed under a full suite on 2 cores, and
+/// half a second was once too short there too). It costs only a cleanup
+/// that meets a process of the runner's user with no environment.
+const UNSURE_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A fresh mark for a run.
 pub(crate) fn new_mark() -> String {
