@@ -257,3 +257,71 @@ async fn a_copy_in_or_out_cut_partway_goes_again_whole() {
     );
     backend.cluster.shutdown().await;
 }
+
+/// The API server goes down at each request of a run in turn, every open
+/// connection cut and the request unanswered, or carried out with its
+/// answer lost: whichever it was (the Job's create, a pod list or watch,
+/// an exec, the outputs' exec, the delete), the run rides it out, every
+/// line once, its outputs back, nothing left.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
+    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    let spec_for = |fx: &Fixture| {
+        fx.spec(&backend, "any-request")
+            .step(Step::new("one", "echo line-one"))
+            .step(Step::new(
+                "two",
+                "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
+            ))
+    };
+    let before = backend.cluster.requests().len();
+    let fx = Fixture::new("any-request");
+    let (result, log) = run_to_end(&backend, &spec_for(&fx)).await;
+    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
+    let requests = u64::try_from(backend.cluster.requests().len() - before).unwrap();
+    assert!(requests > 5, "{requests} requests: {}", log.text());
+    for (n, after) in (1..=requests).flat_map(|n| [(n, false), (n, true)]) {
+        let begun = *backend.cluster.faults().outages_begun().borrow();
+        backend
+            .cluster
+            .faults()
+            .outage_at_request(n, Duration::from_millis(300), after);
+        let fx = Fixture::new("any-request");
+        let (result, log) = run_to_end(&backend, &spec_for(&fx)).await;
+        let text = log.text();
+        assert_eq!(
+            result.status,
+            RunStatus::Success,
+            "outage at request {n} (after: {after}): {text}"
+        );
+        for line in ["line-one\n", "line-two\n"] {
+            assert_eq!(
+                text.matches(line).count(),
+                1,
+                "outage at request {n} (after: {after}), {line:?}: {text}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(fx.outputs().join("kept.txt"))
+                .ok()
+                .as_deref(),
+            Some("kept\n"),
+            "outage at request {n} (after: {after}): {text}"
+        );
+        // A run of fewer requests than `n` met none: the next must not.
+        backend
+            .cluster
+            .faults()
+            .outage_at_request(u64::MAX, Duration::ZERO, false);
+        let now = *backend.cluster.faults().outages_begun().borrow();
+        if now > begun {
+            outages_over(&backend, now).await;
+        }
+        assert_nothing_left(&backend, &fx.runner).await;
+    }
+    backend.cluster.shutdown().await;
+}

@@ -14,7 +14,7 @@
 mod common;
 mod proxy;
 
-use proxy::{Cut, Down, Proxy, RequestCut};
+use proxy::{Cut, Down, Proxy, RequestCut, Trigger};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -312,4 +312,82 @@ async fn a_create_and_a_start_whose_answers_are_lost_are_ridden_out() {
         "{text}"
     );
     assert_nothing_left(&probe, &fx.runner).await;
+}
+
+/// The engine goes down at each request of a run in turn, every open
+/// connection cut and the request unanswered, or done with its answer
+/// lost: whichever it was (a create, an upload, a step's exec or its
+/// follow, the outputs, the removal), the run rides it out, every line
+/// once, its outputs back, nothing left.
+#[cfg_attr(
+    not(knotless_engine),
+    ignore = "needs a container engine: run scripts/test.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
+    let probe = direct().await;
+    let spec_for = |fx: &Fixture, name: &str| {
+        fx.spec(&probe, name)
+            .step(Step::new("one", "echo line-one"))
+            .step(Step::new(
+                "two",
+                "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
+            ))
+    };
+    // How many requests a run makes, counted on a proxy whose outage
+    // never comes.
+    let counting = Proxy::start_on(
+        Some(Duration::from_millis(300)),
+        Down::Refusing,
+        Trigger::Request(u64::MAX),
+    )
+    .await;
+    let fx = Fixture::new("any-request");
+    let executor = executor_through(&counting, common::options()).await;
+    // Connecting asks the engine its version: with no engine, an executor
+    // is not made (a clear error), so the outages come after.
+    let connecting = counting.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let (result, text) = run(
+        &executor,
+        &spec_for(&fx, "any-request"),
+        &DriverOptions::default(),
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Success, "{text}");
+    let requests = counting.requests.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(requests > connecting + 5, "{requests} requests: {text}");
+    let triggers =
+        (connecting + 1..=requests).flat_map(|n| [Trigger::Request(n), Trigger::Answer(n)]);
+    for trigger in triggers {
+        let proxy =
+            Proxy::start_on(Some(Duration::from_millis(300)), Down::Refusing, trigger).await;
+        let executor = executor_through(&proxy, common::options()).await;
+        let fx = Fixture::new("any-request");
+        let (result, text) = run(
+            &executor,
+            &spec_for(&fx, "any-request"),
+            &DriverOptions::default(),
+        )
+        .await;
+        assert_eq!(
+            result.status,
+            RunStatus::Success,
+            "outage at {trigger:?}: {text}"
+        );
+        for line in ["line-one\n", "line-two\n"] {
+            assert_eq!(
+                text.matches(line).count(),
+                1,
+                "outage at {trigger:?}, {line:?}: {text}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(fx.outputs().join("kept.txt"))
+                .ok()
+                .as_deref(),
+            Some("kept\n"),
+            "outage at {trigger:?}: {text}"
+        );
+        assert_nothing_left(&probe, &fx.runner).await;
+    }
 }

@@ -114,12 +114,27 @@ pub enum Down {
     Answering(u16),
 }
 
+/// Which request takes the engine down.
+#[derive(Debug, Clone, Copy)]
+pub enum Trigger {
+    /// The first removal of a container (`DELETE .../containers/...`).
+    Removal,
+    /// The request with this number, counting from 1 in the order the
+    /// proxy reads their heads.
+    Request(u64),
+    /// As `Request`, but the request goes to the engine, and the engine
+    /// goes down as its answer begins: done, its answer lost.
+    Answer(u64),
+}
+
 /// A proxy that takes the engine down for `down` when a container's
 /// removal (`DELETE .../containers/...`) comes through it, if `down` is
 /// set, and cuts exec streams at the sizes in its [`Cuts`].
 pub struct Proxy {
     pub cuts: Cuts,
     pub request_cuts: RequestCuts,
+    /// Requests read so far.
+    pub requests: Arc<std::sync::atomic::AtomicU64>,
     socket: PathBuf,
     over: watch::Receiver<u64>,
     _dir: tempfile::TempDir,
@@ -132,22 +147,29 @@ impl Proxy {
     }
 
     pub async fn start_as(down: Option<Duration>, how: Down) -> Proxy {
+        Proxy::start_on(down, how, Trigger::Removal).await
+    }
+
+    pub async fn start_on(down: Option<Duration>, how: Down, trigger: Trigger) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("engine.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let (over_tx, over) = watch::channel(0u64);
         let cuts = Cuts::default();
         let request_cuts = RequestCuts::default();
+        let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let task = tokio::spawn(serve(
             listener,
             socket.clone(),
             (down, how),
             over_tx,
             (cuts.clone(), request_cuts.clone()),
+            (trigger, requests.clone()),
         ));
         Proxy {
             cuts,
             request_cuts,
+            requests,
             socket,
             over,
             _dir: dir,
@@ -179,6 +201,7 @@ pub async fn serve(
     (down, how): (Option<Duration>, Down),
     over: watch::Sender<u64>,
     (cuts, request_cuts): (Cuts, RequestCuts),
+    (trigger, requests): (Trigger, Arc<std::sync::atomic::AtomicU64>),
 ) {
     let (cut_tx, _) = watch::channel(0u64);
     let cut_tx = Arc::new(cut_tx);
@@ -198,6 +221,7 @@ pub async fn serve(
                 }
                 let cut = cut_tx.subscribe();
                 let outage = (!done).then(|| outage_tx.clone());
+                let outage = outage.map(|tx| (tx, trigger, requests.clone()));
                 tokio::spawn(relay(client, cut, outage, (cuts.clone(), request_cuts.clone())));
             }
             Some(()) = outage_rx.recv() => {
@@ -238,7 +262,11 @@ pub async fn serve(
 pub async fn relay(
     mut client: UnixStream,
     mut cut: watch::Receiver<u64>,
-    outage: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+    outage: Option<(
+        tokio::sync::mpsc::UnboundedSender<()>,
+        Trigger,
+        Arc<std::sync::atomic::AtomicU64>,
+    )>,
     (cuts, request_cuts): (Cuts, RequestCuts),
 ) {
     let Ok(mut engine) = UnixStream::connect(engine_socket()).await else {
@@ -247,6 +275,8 @@ pub async fn relay(
     let (mut from_client, mut to_client) = client.split();
     let (mut from_engine, mut to_engine) = engine.split();
     let exec_started = std::sync::atomic::AtomicBool::new(false);
+    // Set once the request whose answer the outage takes has gone up.
+    let answer_lost = std::sync::atomic::AtomicBool::new(false);
     let dropped = tokio::sync::Notify::new();
     // The cut armed on this connection: which way, bytes left.
     let armed = Mutex::new(None::<(bool, u64)>);
@@ -277,8 +307,29 @@ pub async fn relay(
                 return to_engine.shutdown().await;
             }
             let chunk = &buf[..n];
-            if let Some(outage) = &outage {
-                if chunk.starts_with(b"DELETE ") && contains(chunk, b"/containers/") {
+            if let Some((outage, trigger, requests)) = &outage {
+                let head = [&b"GET "[..], b"POST ", b"PUT ", b"DELETE ", b"HEAD "]
+                    .iter()
+                    .any(|m| chunk.starts_with(m))
+                    && contains(chunk, b" HTTP/1.1\r\n");
+                let number = if head {
+                    requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+                } else {
+                    0
+                };
+                let now = match trigger {
+                    Trigger::Removal => {
+                        chunk.starts_with(b"DELETE ") && contains(chunk, b"/containers/")
+                    }
+                    Trigger::Request(n) => head && number == *n,
+                    Trigger::Answer(n) => {
+                        if head && number == *n {
+                            answer_lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        false
+                    }
+                };
+                if now {
                     let _ = outage.send(());
                     // Never forwarded: the engine goes down under it.
                     std::future::pending::<()>().await;
@@ -319,6 +370,13 @@ pub async fn relay(
                 return to_client.shutdown().await;
             }
             let mut chunk = &buf[..n];
+            if answer_lost.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some((outage, _, _)) = &outage {
+                    let _ = outage.send(());
+                }
+                // The engine goes down under its answer.
+                return std::future::pending().await;
+            }
             if exec_started.load(std::sync::atomic::Ordering::SeqCst) {
                 let cut = cuts.lock().unwrap().front().copied();
                 let at = match cut {

@@ -56,6 +56,9 @@ pub struct Outage {
 #[derive(Debug, Default)]
 struct State {
     outages: Vec<Outage>,
+    /// Requests still to come before a numbered outage, its length, and
+    /// whether that request is carried out first.
+    numbered: Option<(u64, Duration, bool)>,
     pending_for: Option<Duration>,
     unschedulable: bool,
     image_pull: Option<ImagePullFault>,
@@ -148,6 +151,13 @@ impl Faults {
             after: true,
         });
     }
+    /// The `n`th request from now (counting from 1) takes the server
+    /// down for `down`, whatever it is: unanswered, or carried out with
+    /// its answer lost when `after` (as [`Faults::outage_after`]). With
+    /// one run's requests counted, a test can go down at each in turn.
+    pub fn outage_at_request(&self, n: u64, down: Duration, after: bool) {
+        self.lock().numbered = Some((n, down, after));
+    }
     /// How many outages have begun: the listener is closed and every
     /// open connection told to close (each closes when its task next
     /// runs; no request is answered meanwhile).
@@ -160,6 +170,18 @@ impl Faults {
     }
     pub(crate) fn take_outage(&self, method: &str, path: &str) -> Option<Outage> {
         let mut s = self.lock();
+        if let Some((left, down, after)) = s.numbered {
+            if left <= 1 {
+                s.numbered = None;
+                return Some(Outage {
+                    method: method.into(),
+                    path: path.into(),
+                    down,
+                    after,
+                });
+            }
+            s.numbered = Some((left - 1, down, after));
+        }
         let i = s
             .outages
             .iter()
