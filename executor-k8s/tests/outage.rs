@@ -272,7 +272,12 @@ async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
     let backend = K8s::start(ClusterOptions::default(), common::options()).await;
     let spec_for = |fx: &Fixture| {
         fx.spec(&backend, "any-request")
-            .step(Step::new("one", "echo line-one"))
+            .service(
+                executor_core::Service::new("web", common::image())
+                    .command("mkdir -p /tmp/srv; echo served > /tmp/srv/index.html; exec httpd -f -p 8080 -h /tmp/srv")
+                    .ready(executor_core::Readiness::Tcp(8080)),
+            )
+            .step(Step::new("one", "echo line-one; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc web 8080 | tail -1"))
             .step(Step::new(
                 "two",
                 "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
@@ -298,7 +303,7 @@ async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
             RunStatus::Success,
             "outage at request {n} (after: {after}): {text}"
         );
-        for line in ["line-one\n", "line-two\n"] {
+        for line in ["line-one\n", "served\n", "line-two\n"] {
             assert_eq!(
                 text.matches(line).count(),
                 1,

@@ -227,8 +227,10 @@ impl Engine for BollardEngine {
         labels: &HashMap<String, String>,
         internal: bool,
     ) -> Result<(), ExecutorError> {
+        let mut tries = 0u32;
         ride_out("creating a network", self.reconnect_timeout, || {
-            self.create_network_once(name, labels, internal)
+            tries = tries.saturating_add(1);
+            self.create_network_once(name, labels, internal, tries > 1)
         })
         .await
     }

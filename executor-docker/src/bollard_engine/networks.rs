@@ -10,12 +10,32 @@ use super::{fail, status, BollardEngine};
 use crate::engine::Listed;
 
 impl BollardEngine {
+    /// One create; `again` when an earlier try's answer was lost. An
+    /// engine before API 1.44 (Docker 25) makes a second network of the
+    /// same name rather than refusing it, and a name two networks share
+    /// is one no container can join: a retry first looks for the network
+    /// its first try made.
     pub(super) async fn create_network_once(
         &self,
         name: &str,
         labels: &HashMap<String, String>,
         internal: bool,
+        again: bool,
     ) -> Result<(), ExecutorError> {
+        if again {
+            match self
+                .docker
+                .inspect_network(
+                    name,
+                    None::<bollard::query_parameters::InspectNetworkOptions>,
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(err) if status(&err) == Some(404) => {}
+                Err(err) => return Err(fail(format!("looking for the run's network {name}"))(err)),
+            }
+        }
         let request = NetworkCreateRequest {
             name: name.to_string(),
             driver: Some("bridge".into()),
@@ -25,8 +45,8 @@ impl BollardEngine {
         };
         match self.docker.create_network(request).await {
             Ok(_) => Ok(()),
-            // The name is the run's own: a 409 is this very call, retried
-            // after its first answer was lost.
+            // The name is the run's own: a 409 (from an engine that
+            // refuses a second network of a name) is this very call.
             Err(err) if status(&err) == Some(409) => Ok(()),
             Err(err) => Err(fail(format!(
                 "creating the run's network {name} (an engine out of address pools for \

@@ -27,7 +27,24 @@ impl DockerExecutor {
 
     /// [`DockerExecutor::exec_as_root`] with `args` as `$1`, `$2`, ...:
     /// values that never become the script's text.
+    ///
+    /// Every such script is the runner's own and safe to run again: one
+    /// whose exec got no answer, or whose connection broke before its
+    /// status came, runs again within `reconnect_timeout`.
     pub(super) async fn exec_as_root_with(
+        &self,
+        id: &str,
+        script: &str,
+        args: &[&str],
+        what: &str,
+    ) -> Result<String, ExecutorError> {
+        executor_core::outage::ride_out(what, self.options.reconnect_timeout, || {
+            self.exec_as_root_once(id, script, args, what)
+        })
+        .await
+    }
+
+    async fn exec_as_root_once(
         &self,
         id: &str,
         script: &str,

@@ -173,6 +173,11 @@ impl DockerExecutor {
         Ok(match self.check_ready(&running.id, check).await {
             Ok((0, _)) => Look::Ready,
             Ok((code, said)) => Look::NotYet(format!("its check exited {code}: {}", said.trim())),
+            // The engine did not answer the check: looked at again, as a
+            // check not passed yet, within the service's limit.
+            Err(err) if err.kind() == executor_core::FailureKind::Unreachable => {
+                Look::NotYet(format!("its check got no answer: {err}"))
+            }
             // It may have ended between the look and the check: the
             // engine refuses an exec in a container that stopped.
             Err(err) => match self.engine.inspect(&running.id).await {
