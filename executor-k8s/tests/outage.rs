@@ -270,63 +270,31 @@ async fn a_copy_in_or_out_cut_partway_goes_again_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
     let backend = K8s::start(ClusterOptions::default(), common::options()).await;
-    let spec_for = |fx: &Fixture| {
-        fx.spec(&backend, "any-request")
-            .service(
-                executor_core::Service::new("web", common::image())
-                    .command("mkdir -p /tmp/srv; echo served > /tmp/srv/index.html; exec httpd -f -p 8080 -h /tmp/srv")
-                    .ready(executor_core::Readiness::Tcp(8080)),
-            )
-            .step(Step::new("one", "echo line-one; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc web 8080 | tail -1"))
-            .step(Step::new(
-                "two",
-                "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
-            ))
-    };
     let before = backend.cluster.requests().len();
-    let fx = Fixture::new("any-request");
-    let (result, log) = run_to_end(&backend, &spec_for(&fx)).await;
-    assert_eq!(result.status, RunStatus::Success, "{}", log.text());
-    let requests = u64::try_from(backend.cluster.requests().len() - before).unwrap();
-    assert!(requests > 5, "{requests} requests: {}", log.text());
-    for (n, after) in (1..=requests).flat_map(|n| [(n, false), (n, true)]) {
-        let begun = *backend.cluster.faults().outages_begun().borrow();
-        backend
-            .cluster
-            .faults()
-            .outage_at_request(n, Duration::from_millis(300), after);
-        let fx = Fixture::new("any-request");
-        let (result, log) = run_to_end(&backend, &spec_for(&fx)).await;
-        let text = log.text();
-        assert_eq!(
-            result.status,
-            RunStatus::Success,
-            "outage at request {n} (after: {after}): {text}"
-        );
-        for line in ["line-one\n", "served\n", "line-two\n"] {
-            assert_eq!(
-                text.matches(line).count(),
-                1,
-                "outage at request {n} (after: {after}), {line:?}: {text}"
-            );
-        }
-        assert_eq!(
-            std::fs::read_to_string(fx.outputs().join("kept.txt"))
-                .ok()
-                .as_deref(),
-            Some("kept\n"),
-            "outage at request {n} (after: {after}): {text}"
-        );
+    executor_conformance::a_run_rides_out_an_outage_at_one_request(&backend, "none").await;
+    let methods: Vec<String> = backend.cluster.requests()[before..]
+        .iter()
+        .map(|r| r.method.clone())
+        .collect();
+    assert!(methods.len() > 5, "{methods:?}");
+    let faults = backend.cluster.faults();
+    // A read whose answer is lost is one never answered: only a change
+    // is also carried out with its answer lost.
+    let outages = (1..).zip(&methods).flat_map(|(n, method)| {
+        let change = method != "GET";
+        [(n, false)].into_iter().chain(change.then_some((n, true)))
+    });
+    for (n, after) in outages {
+        let begun = *faults.outages_begun().borrow();
+        faults.outage_at_request(n, Duration::from_millis(300), after);
+        let fault = format!("request {n} (its answer lost: {after})");
+        executor_conformance::a_run_rides_out_an_outage_at_one_request(&backend, &fault).await;
         // A run of fewer requests than `n` met none: the next must not.
-        backend
-            .cluster
-            .faults()
-            .outage_at_request(u64::MAX, Duration::ZERO, false);
-        let now = *backend.cluster.faults().outages_begun().borrow();
+        faults.outage_at_request(u64::MAX, Duration::ZERO, false);
+        let now = *faults.outages_begun().borrow();
         if now > begun {
             outages_over(&backend, now).await;
         }
-        assert_nothing_left(&backend, &fx.runner).await;
     }
     backend.cluster.shutdown().await;
 }

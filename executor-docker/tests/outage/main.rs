@@ -325,74 +325,42 @@ async fn a_create_and_a_start_whose_answers_are_lost_are_ridden_out() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
-    let probe = direct().await;
-    let spec_for = |fx: &Fixture, name: &str| {
-        fx.spec(&probe, name)
-            .service(
-                executor_core::Service::new("web", common::image())
-                    .command("mkdir -p /tmp/srv; echo served > /tmp/srv/index.html; exec httpd -f -p 8080 -h /tmp/srv")
-                    .ready(executor_core::Readiness::Tcp(8080)),
-            )
-            .step(Step::new("one", "echo line-one; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc web 8080 | tail -1"))
-            .step(Step::new(
-                "two",
-                "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
-            ))
+    let through = |proxy: Proxy| async {
+        Cutting {
+            executor: executor_through(&proxy, common::options()).await,
+            probe: direct().await,
+            proxy,
+        }
     };
     // How many requests a run makes, counted on a proxy whose outage
     // never comes.
-    let counting = Proxy::start_on(
-        Some(Duration::from_millis(300)),
-        Down::Refusing,
-        Trigger::Request(u64::MAX),
+    let counting = through(
+        Proxy::start_on(
+            Some(Duration::from_millis(300)),
+            Down::Refusing,
+            Trigger::Request(u64::MAX),
+        )
+        .await,
     )
     .await;
-    let fx = Fixture::new("any-request");
-    let executor = executor_through(&counting, common::options()).await;
     // Connecting asks the engine its version: with no engine, an executor
     // is not made (a clear error), so the outages come after.
-    let connecting = counting.requests.load(std::sync::atomic::Ordering::SeqCst);
-    let (result, text) = run(
-        &executor,
-        &spec_for(&fx, "any-request"),
-        &DriverOptions::default(),
-    )
-    .await;
-    assert_eq!(result.status, RunStatus::Success, "{text}");
-    let requests = counting.requests.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(requests > connecting + 5, "{requests} requests: {text}");
-    let triggers =
-        (connecting + 1..=requests).flat_map(|n| [Trigger::Request(n), Trigger::Answer(n)]);
+    let requests = || {
+        counting
+            .proxy
+            .requests
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let connecting = requests();
+    executor_conformance::a_run_rides_out_an_outage_at_one_request(&counting, "none").await;
+    let made = requests();
+    assert!(made > connecting + 5, "{made} requests");
+    let triggers = (connecting + 1..=made).flat_map(|n| [Trigger::Request(n), Trigger::Answer(n)]);
     for trigger in triggers {
         let proxy =
             Proxy::start_on(Some(Duration::from_millis(300)), Down::Refusing, trigger).await;
-        let executor = executor_through(&proxy, common::options()).await;
-        let fx = Fixture::new("any-request");
-        let (result, text) = run(
-            &executor,
-            &spec_for(&fx, "any-request"),
-            &DriverOptions::default(),
-        )
-        .await;
-        assert_eq!(
-            result.status,
-            RunStatus::Success,
-            "outage at {trigger:?}: {text}"
-        );
-        for line in ["line-one\n", "line-two\n"] {
-            assert_eq!(
-                text.matches(line).count(),
-                1,
-                "outage at {trigger:?}, {line:?}: {text}"
-            );
-        }
-        assert_eq!(
-            std::fs::read_to_string(fx.outputs().join("kept.txt"))
-                .ok()
-                .as_deref(),
-            Some("kept\n"),
-            "outage at {trigger:?}: {text}"
-        );
-        assert_nothing_left(&probe, &fx.runner).await;
+        let backend = through(proxy).await;
+        let fault = format!("{trigger:?}");
+        executor_conformance::a_run_rides_out_an_outage_at_one_request(&backend, &fault).await;
     }
 }

@@ -125,3 +125,54 @@ where
     assert_nothing_left(backend, &first.runner).await;
     logs.iter().map(WatchedLog::text).collect()
 }
+
+/// A run of a service and two steps that reach it and fill `OUTPUTS_DIR`:
+/// for a caller that has arranged for the engine or API server to go down
+/// at one of its requests (`fault` says which, for the failures). It
+/// rides the outage out: it succeeds, every line once, its outputs back,
+/// nothing left. Returns the run's log.
+pub async fn a_run_rides_out_an_outage_at_one_request(
+    backend: &dyn Backend,
+    fault: &str,
+) -> String {
+    let fx = Fixture::new("any-request");
+    let spec = fx
+        .spec(backend, "any-request")
+        .service(
+            executor_core::Service::new("web", backend.image().unwrap_or_default())
+                .command("mkdir -p /tmp/srv; echo served > /tmp/srv/index.html; exec httpd -f -p 8080 -h /tmp/srv")
+                .ready(executor_core::Readiness::Tcp(8080)),
+        )
+        .step(Step::new(
+            "one",
+            "echo line-one; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc web 8080 | tail -1",
+        ))
+        .step(Step::new(
+            "two",
+            "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
+        ));
+    let log = WatchedLog::default();
+    let result = run_watched(backend, &spec, &log, CancellationToken::new()).await;
+    let text = log.text();
+    assert_eq!(
+        result.status,
+        RunStatus::Success,
+        "outage at {fault}: {text}"
+    );
+    for line in ["line-one\n", "served\n", "line-two\n"] {
+        assert_eq!(
+            text.matches(line).count(),
+            1,
+            "outage at {fault}, {line:?}: {text}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(fx.outputs().join("kept.txt"))
+            .ok()
+            .as_deref(),
+        Some("kept\n"),
+        "outage at {fault}: {text}"
+    );
+    assert_nothing_left(backend, &fx.runner).await;
+    text
+}
