@@ -269,7 +269,14 @@ async fn a_copy_in_or_out_cut_partway_goes_again_whole() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
-    let backend = K8s::start(ClusterOptions::default(), common::options()).await;
+    // With a step user, so the execs that give it the run's folders go
+    // through the outages too.
+    let options = K8sOptions {
+        run_as_user: Some(65534),
+        run_as_group: Some(65534),
+        ..common::options()
+    };
+    let backend = K8s::start(ClusterOptions::default(), options).await;
     let before = backend.cluster.requests().len();
     executor_conformance::a_run_rides_out_an_outage_at_one_request(&backend, "none").await;
     let methods: Vec<String> = backend.cluster.requests()[before..]

@@ -325,9 +325,15 @@ async fn a_create_and_a_start_whose_answers_are_lost_are_ridden_out() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
+    // With a step user, so the root execs that give it the run's folders
+    // go through the outages too.
+    let options = || DockerOptions {
+        user: Some("65534:65534".into()),
+        ..common::options()
+    };
     let through = |proxy: Proxy| async {
         Cutting {
-            executor: executor_through(&proxy, common::options()).await,
+            executor: executor_through(&proxy, options()).await,
             probe: direct().await,
             proxy,
         }

@@ -136,15 +136,17 @@ impl K8sExecutor {
         ]
         .map(String::from)
         .to_vec();
-        let mut said = Vec::new();
-        self.exec_checked(
-            pod,
-            argv,
-            None,
-            &mut said,
-            "giving /work to K8sOptions::run_as_user",
-        )
-        .await?;
+        // Safe to run again: one whose exec got no answer, or whose
+        // connection broke before its status came, does.
+        let what = "giving /work to K8sOptions::run_as_user";
+        let said =
+            executor_core::outage::ride_out(what, self.options.reconnect_timeout, || async {
+                let mut said = Vec::new();
+                self.exec_checked(pod, argv.clone(), None, &mut said, what)
+                    .await
+                    .map(|()| said)
+            })
+            .await?;
         if self.dry {
             // Nothing answers a dry run: the user stands as given.
             return Ok(StepUser {
