@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use executor_core::expr::Template;
 use executor_core::{RunStatus, Step, StepStatus};
 use tokio_util::sync::CancellationToken;
 
@@ -126,7 +127,8 @@ where
     logs.iter().map(WatchedLog::text).collect()
 }
 
-/// A run of a service and two steps that reach it and fill `OUTPUTS_DIR`:
+/// A run of a service and two steps that reach it, pass an output on and
+/// fill `OUTPUTS_DIR`:
 /// for a caller that has arranged for the engine or API server to go down
 /// at one of its requests (`fault` says which, for the failures). It
 /// rides the outage out: it succeeds, every line once, its outputs back,
@@ -143,14 +145,24 @@ pub async fn a_run_rides_out_an_outage_at_one_request(
                 .command("mkdir -p /tmp/srv; echo served > /tmp/srv/index.html; exec httpd -f -p 8080 -h /tmp/srv")
                 .ready(executor_core::Readiness::Tcp(8080)),
         )
-        .step(Step::new(
-            "one",
-            "echo line-one; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc web 8080 | tail -1",
-        ))
-        .step(Step::new(
-            "two",
-            "echo line-two; echo kept > \"$OUTPUTS_DIR/kept.txt\"",
-        ));
+        .step(
+            Step::new(
+                "one",
+                "echo line-one; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc web 8080 | tail -1; \
+                 echo word=kept >> \"$STEP_OUTPUT\"",
+            )
+            .id("one"),
+        )
+        .step(
+            Step::new(
+                "two",
+                "echo line-two; echo \"$WORD\" > \"$OUTPUTS_DIR/kept.txt\"",
+            )
+            .input(
+                "WORD",
+                Template::parse("${{ steps.one.outputs.word }}").unwrap_or_else(|e| panic!("{e}")),
+            ),
+        );
     let log = WatchedLog::default();
     let result = run_watched(backend, &spec, &log, CancellationToken::new()).await;
     let text = log.text();
