@@ -44,7 +44,9 @@ impl DockerExecutor {
         .await
     }
 
-    async fn exec_as_root_once(
+    /// One try of [`DockerExecutor::exec_as_root_with`]: for a probe,
+    /// whose answer is whether the engine and container answer now.
+    pub(super) async fn exec_as_root_once(
         &self,
         id: &str,
         script: &str,
@@ -110,7 +112,7 @@ impl DockerExecutor {
     /// from outside may still be inspected as running for a moment after its
     /// processes died; an exec tells for sure.
     pub(super) async fn answers(&self, id: &str) -> bool {
-        self.exec_as_root(id, "true", "probing the container")
+        self.exec_as_root_once(id, "true", &[], "probing the container")
             .await
             .is_ok()
     }
@@ -120,7 +122,10 @@ impl DockerExecutor {
     /// only when the container's main process dies of it, not an exec's.
     pub(super) async fn new_oom_kill(&self, id: &str, files: &StepFiles) -> bool {
         let probe = oom::probe(files);
-        match self.exec_as_root(id, &probe, "reading OOM counters").await {
+        match self
+            .exec_as_root_once(id, &probe, &[], "reading OOM counters")
+            .await
+        {
             Ok(said) => oom::killed_since_start(&said),
             Err(_) => false,
         }
