@@ -114,6 +114,9 @@ pub enum Down {
     Answering(u16),
 }
 
+/// The methods of the requests a proxy read, in order.
+pub type Requests = Arc<Mutex<Vec<String>>>;
+
 /// Which request takes the engine down.
 #[derive(Debug, Clone, Copy)]
 pub enum Trigger {
@@ -133,8 +136,8 @@ pub enum Trigger {
 pub struct Proxy {
     pub cuts: Cuts,
     pub request_cuts: RequestCuts,
-    /// Requests read so far.
-    pub requests: Arc<std::sync::atomic::AtomicU64>,
+    /// The methods of the requests read so far, in order.
+    pub requests: Requests,
     socket: PathBuf,
     over: watch::Receiver<u64>,
     _dir: tempfile::TempDir,
@@ -157,7 +160,7 @@ impl Proxy {
         let (over_tx, over) = watch::channel(0u64);
         let cuts = Cuts::default();
         let request_cuts = RequestCuts::default();
-        let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let requests = Requests::default();
         let task = tokio::spawn(serve(
             listener,
             socket.clone(),
@@ -201,7 +204,7 @@ pub async fn serve(
     (down, how): (Option<Duration>, Down),
     over: watch::Sender<u64>,
     (cuts, request_cuts): (Cuts, RequestCuts),
-    (trigger, requests): (Trigger, Arc<std::sync::atomic::AtomicU64>),
+    (trigger, requests): (Trigger, Requests),
 ) {
     let (cut_tx, _) = watch::channel(0u64);
     let cut_tx = Arc::new(cut_tx);
@@ -262,11 +265,7 @@ pub async fn serve(
 pub async fn relay(
     mut client: UnixStream,
     mut cut: watch::Receiver<u64>,
-    outage: Option<(
-        tokio::sync::mpsc::UnboundedSender<()>,
-        Trigger,
-        Arc<std::sync::atomic::AtomicU64>,
-    )>,
+    outage: Option<(tokio::sync::mpsc::UnboundedSender<()>, Trigger, Requests)>,
     (cuts, request_cuts): (Cuts, RequestCuts),
 ) {
     let Ok(mut engine) = UnixStream::connect(engine_socket()).await else {
@@ -308,14 +307,17 @@ pub async fn relay(
             }
             let chunk = &buf[..n];
             if let Some((outage, trigger, requests)) = &outage {
-                let head = [&b"GET "[..], b"POST ", b"PUT ", b"DELETE ", b"HEAD "]
-                    .iter()
-                    .any(|m| chunk.starts_with(m))
-                    && contains(chunk, b" HTTP/1.1\r\n");
-                let number = if head {
-                    requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
-                } else {
-                    0
+                let method = ["GET", "POST", "PUT", "DELETE", "HEAD"]
+                    .into_iter()
+                    .find(|m| chunk.starts_with(m.as_bytes()) && chunk.get(m.len()) == Some(&b' '));
+                let head = method.is_some() && contains(chunk, b" HTTP/1.1\r\n");
+                let number = match method.filter(|_| head) {
+                    Some(method) => {
+                        let mut read = requests.lock().unwrap();
+                        read.push(method.to_string());
+                        read.len() as u64
+                    }
+                    None => 0,
                 };
                 let now = match trigger {
                     Trigger::Removal => {
