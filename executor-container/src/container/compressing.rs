@@ -6,7 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use executor_core::tar::Compression;
+use executor_core::tar::{Compression, UnpackSummary};
+use executor_core::{ExecutorError, FailureKind};
 use tokio::task::JoinHandle;
 
 /// The compressor's file name in the state folder.
@@ -74,6 +75,43 @@ pub fn pack_out_argv(dir: &str) -> Vec<String> {
         dir.into(),
         format!("{}/{GZ_FILE}", crate::staging::STATE_DIR),
     ]
+}
+
+/// How a copy out went, from its two halves run together: the stream
+/// from the environment (`produced`) and the untrusted unpacker reading
+/// it (`unpacked`). A stream that broke ([`FailureKind::Unreachable`]: no
+/// answer, a connection cut) cut the archive short, so it is the cause
+/// and the copy may go again; otherwise the unpacker's refusal comes
+/// first, then the stream's own failure.
+///
+/// ```
+/// use executor_container::container::compressing::copied_out;
+/// use executor_core::tar::UnpackSummary;
+/// use executor_core::{ExecutorError, FailureKind};
+/// let cut = ExecutorError::unreachable("copying /outputs out", "connection reset");
+/// let short: Result<UnpackSummary, ExecutorError> =
+///     Err(ExecutorError::backend("unpacking", "the archive ended early"));
+/// assert_eq!(copied_out(Err(cut), short).unwrap_err().kind(), FailureKind::Unreachable);
+/// assert!(copied_out(Ok(()), Ok::<_, ExecutorError>(UnpackSummary::default())).is_ok());
+/// ```
+///
+/// # Errors
+/// The broken stream's, else the unpacker's, else the stream's error.
+pub fn copied_out<E>(
+    produced: Result<(), ExecutorError>,
+    unpacked: Result<UnpackSummary, E>,
+) -> Result<UnpackSummary, ExecutorError>
+where
+    ExecutorError: From<E>,
+{
+    match produced {
+        Err(err) if err.kind() == FailureKind::Unreachable => Err(err),
+        produced => {
+            let summary = unpacked?;
+            produced?;
+            Ok(summary)
+        }
+    }
 }
 
 /// Writes the compressor into `dir`, a folder staged to be sent in as the

@@ -7,12 +7,12 @@ use executor_core::outage::ride_out;
 use executor_core::tar::{
     unpack_untrusted, unpack_untrusted_gzipped_or_not, UnpackLimits, UnpackSummary,
 };
-use executor_core::{ExecutorError, FailureKind};
+use executor_core::ExecutorError;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::StreamReader;
 
-use executor_container::container::compressing::pack_out_argv;
+use executor_container::container::compressing::{copied_out, pack_out_argv};
 
 use super::DockerExecutor;
 use crate::engine::{ExecSpec, StepStream};
@@ -113,15 +113,7 @@ impl DockerExecutor {
         // small stream that inflates past them is refused as it grows.
         let consume = unpack_untrusted_gzipped_or_not(reader, dest, limits);
         let (produced, consumed) = tokio::join!(produce, consume);
-        let summary = match (produced, consumed) {
-            // A stream that broke cut the archive short: it is the cause.
-            (Err(err), _) if err.kind() == FailureKind::Unreachable => return Err(err),
-            (produced, consumed) => {
-                let summary = consumed?;
-                produced?;
-                summary
-            }
-        };
+        let summary = copied_out(produced, consumed)?;
         match self.settled(&exec_id).await?.exit_code {
             Some(0) => Ok(summary),
             Some(code) => Err(ExecutorError::backend(

@@ -137,6 +137,17 @@ struct Cutting {
     proxy: Proxy,
 }
 
+impl Cutting {
+    /// The executor through `proxy`, made with `options`.
+    async fn through(proxy: Proxy, options: DockerOptions) -> Cutting {
+        Cutting {
+            executor: executor_through(&proxy, options).await,
+            probe: direct().await,
+            proxy,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl executor_conformance::Backend for Cutting {
     fn executor(&self) -> &dyn executor_core::Executor {
@@ -164,13 +175,7 @@ impl executor_conformance::Backend for Cutting {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_cut_twice_keeps_every_byte_and_its_code() {
-    let proxy = Proxy::start(None).await;
-    let executor = executor_through(&proxy, common::options()).await;
-    let backend = Cutting {
-        executor,
-        probe: direct().await,
-        proxy,
-    };
+    let backend = Cutting::through(Proxy::start(None).await, common::options()).await;
     executor_conformance::a_step_cut_twice_keeps_every_byte_and_its_code(&backend).await;
 }
 
@@ -261,11 +266,7 @@ async fn a_copy_in_or_out_cut_partway_goes_again_whole() {
             up,
             after: executor_conformance::COPY_CUT_AT,
         });
-        let backend = Cutting {
-            executor: executor_through(&proxy, common::options()).await,
-            probe: direct().await,
-            proxy,
-        };
+        let backend = Cutting::through(proxy, common::options()).await;
         let text = executor_conformance::a_copy_cut_partway_goes_again_whole(&backend).await;
         assert!(
             backend.proxy.request_cuts.lock().unwrap().is_empty(),
@@ -331,13 +332,7 @@ async fn an_outage_at_any_request_of_a_run_is_ridden_out() {
         user: Some("65534:65534".into()),
         ..common::options()
     };
-    let through = |proxy: Proxy| async {
-        Cutting {
-            executor: executor_through(&proxy, options()).await,
-            probe: direct().await,
-            proxy,
-        }
-    };
+    let through = |proxy: Proxy| Cutting::through(proxy, options());
     // How many requests a run makes, counted on a proxy whose outage
     // never comes.
     let counting = through(

@@ -136,16 +136,8 @@ impl K8sExecutor {
         ]
         .map(String::from)
         .to_vec();
-        // Safe to run again: one whose exec got no answer, or whose
-        // connection broke before its status came, does.
-        let what = "giving /work to K8sOptions::run_as_user";
-        let said =
-            executor_core::outage::ride_out(what, self.options.reconnect_timeout, || async {
-                let mut said = Vec::new();
-                self.exec_checked(pod, argv.clone(), None, &mut said, what)
-                    .await
-                    .map(|()| said)
-            })
+        let said = self
+            .exec_again(pod, &argv, "giving /work to K8sOptions::run_as_user")
             .await?;
         if self.dry {
             // Nothing answers a dry run: the user stands as given.

@@ -345,13 +345,9 @@ impl Executor for K8sExecutor {
 
     async fn copy_in(&self, run: &RunHandle, src: &Path, path: &str) -> Result<(), ExecutorError> {
         let pod = self.pod_of(run)?;
-        let mkdir = || vec!["mkdir".into(), "-p".into(), path.into()];
-        let what = "creating a cache folder";
-        executor_core::outage::ride_out(what, self.options.reconnect_timeout, || async {
-            self.exec_checked(&pod, mkdir(), None, &mut tokio::io::sink(), what)
-                .await
-        })
-        .await?;
+        let mkdir = ["mkdir", "-p", path].map(String::from);
+        self.exec_again(&pod, &mkdir, "creating a cache folder")
+            .await?;
         self.stream_in(&pod, src, path).await
     }
 

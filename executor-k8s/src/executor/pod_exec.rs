@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use executor_container::container::compressing::pack_out_argv;
+use executor_container::container::compressing::{copied_out, pack_out_argv};
 use executor_container::detached::{ExecEnd, StepExec, StepFiles};
 use executor_core::outage::ride_out;
 use executor_core::tar::{
     pack_dir, unpack_untrusted, unpack_untrusted_gzipped_or_not, PackStream, UnpackLimits,
     UnpackSummary,
 };
-use executor_core::{ExecutorError, FailureKind};
+use executor_core::ExecutorError;
 use tokio_util::sync::CancellationToken;
 
 use super::{step_fate, K8sExecutor, LiveRun};
@@ -223,15 +223,26 @@ impl K8sExecutor {
             }
         };
         let (produced, consumed) = tokio::join!(produce, consume);
-        match (produced, consumed) {
-            // A connection that broke cut the archive short: it is the cause.
-            (Err(err), _) if err.kind() == FailureKind::Unreachable => Err(err),
-            (produced, consumed) => {
-                let summary = consumed?;
-                produced?;
-                Ok(summary)
-            }
-        }
+        copied_out(produced, consumed)
+    }
+
+    /// Runs `argv` in the pod, a command of the runner's that is safe to
+    /// run again: one whose exec got no answer, or whose connection broke
+    /// before its status came, runs again within `reconnect_timeout`.
+    /// Its stdout; `Ok` only on exit 0.
+    pub(super) async fn exec_again(
+        &self,
+        pod: &str,
+        argv: &[String],
+        what: &str,
+    ) -> Result<Vec<u8>, ExecutorError> {
+        ride_out(what, self.options.reconnect_timeout, || async {
+            let mut said = Vec::new();
+            self.exec_checked(pod, argv.to_vec(), None, &mut said, what)
+                .await
+                .map(|()| said)
+        })
+        .await
     }
 
     /// What the copies in know of `pod`'s gzip: `None` until one learnt it.

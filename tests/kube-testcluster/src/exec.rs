@@ -9,7 +9,7 @@ use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
@@ -234,18 +234,11 @@ pub async fn serve(
                 match msg {
                     Some(Ok(Message::Binary(data))) if !data.is_empty() => match data[0] {
                         0 => if let Some(i) = input.as_mut() {
-                            let cut = faults
-                                .exec_input_cut()
-                                .filter(|at| received.saturating_add(data.len() as u64 - 1) >= *at);
-                            if let Some(at) = cut {
-                                let part = usize::try_from(at.saturating_sub(received)).unwrap_or(0);
-                                let _ = i.write_all(&data[1..][..part.min(data.len() - 1)]).await;
-                                faults.exec_input_cut_done();
-                                // Dropped mid-stream: no status.
-                                return;
+                            match write_or_cut(i, faults, &mut received, &data[1..]).await {
+                                Written::Cut => return,
+                                Written::Failed => input = None,
+                                Written::Whole => {}
                             }
-                            received = received.saturating_add(data.len() as u64 - 1);
-                            if i.write_all(&data[1..]).await.is_err() { input = None; }
                         },
                         255 if protocol == Protocol::V5 && data.get(1) == Some(&0) => {
                             if let Some(mut i) = input.take() { let _ = i.shutdown().await; }
@@ -338,6 +331,41 @@ async fn send_or_cut(
         return Err(());
     }
     Ok(())
+}
+
+/// What became of stdin bytes sent on to the exec.
+enum Written {
+    Whole,
+    /// The exec's stdin is closed: later bytes have nowhere to go.
+    Failed,
+    /// A cut the faults ask for came: the connection is to drop, no status.
+    Cut,
+}
+
+/// Writes stdin bytes into the exec, or as many as reach the size of a
+/// cut of its stdin the faults ask for ([`Faults::cut_exec_input_after`]),
+/// as [`send_or_cut`] does for output.
+async fn write_or_cut(
+    input: &mut (impl AsyncWrite + Unpin + ?Sized),
+    faults: &Faults,
+    received: &mut u64,
+    bytes: &[u8],
+) -> Written {
+    let len = bytes.len() as u64;
+    let cut_at = faults
+        .exec_input_cut()
+        .filter(|at| received.saturating_add(len) >= *at);
+    if let Some(at) = cut_at {
+        let part = usize::try_from(at.saturating_sub(*received)).unwrap_or(0);
+        let _ = input.write_all(&bytes[..part.min(bytes.len())]).await;
+        faults.exec_input_cut_done();
+        return Written::Cut;
+    }
+    *received = received.saturating_add(len);
+    match input.write_all(bytes).await {
+        Ok(()) => Written::Whole,
+        Err(_) => Written::Failed,
+    }
 }
 
 /// The exec's exit code once it has one, as a kubelet waits for it: for

@@ -7,7 +7,7 @@ use executor_core::expr::Template;
 use executor_core::{RunStatus, Step, StepStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::fixture::{assert_nothing_left, run_watched, Fixture, WatchedLog};
+use crate::fixture::{assert_nothing_left, run_to_end, run_watched, Fixture, WatchedLog};
 use crate::Backend;
 
 /// How many runs the case drives at once, and how many of them it
@@ -163,8 +163,7 @@ pub async fn a_run_rides_out_an_outage_at_one_request(
                 Template::parse("${{ steps.one.outputs.word }}").unwrap_or_else(|e| panic!("{e}")),
             ),
         );
-    let log = WatchedLog::default();
-    let result = run_watched(backend, &spec, &log, CancellationToken::new()).await;
+    let (result, log) = run_to_end(backend, &spec).await;
     let text = log.text();
     assert_eq!(
         result.status,
